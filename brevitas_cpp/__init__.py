@@ -1,0 +1,12 @@
+"""brevitas_cpp: quantization-aware training for PyTorch, arithmetic in C++ custom ops.
+
+Importing the package loads the op library, so every op is available as
+``torch.ops.brevitas_cpp.<name>``.
+"""
+
+from brevitas_cpp._load import build_info
+
+__all__ = ["build_info", "function"]
+__version__ = "0.1.0"
+
+from brevitas_cpp import function  # noqa: E402

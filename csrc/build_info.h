@@ -1,0 +1,18 @@
+#pragma once
+
+#include <string>
+
+namespace brevitas_cpp {
+
+// Facts about how this op library was built, reported by brevitas_cpp.build_info().
+struct BuildInfo {
+  std::string torch_version;  // torch the library was compiled against
+  bool openmp;                // at::parallel_for runs in parallel
+  std::string vector_isa;     // instruction sets the CPU kernels were compiled for
+  std::string active_isa;     // the one in use on this machine
+  bool cuda;                  // CUDA kernels compiled in
+};
+
+BuildInfo build_info();
+
+}  // namespace brevitas_cpp

@@ -1,0 +1,21 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace brevitas_cpp::ops {
+
+// Brevitas's tensor_clamp (torch.where(x > max, max, x), then torch.where(. < min, min, .))
+// with a straight-through gradient for x and none for the bounds. min_val/max_val
+// broadcast to x and are cast to x's dtype.
+at::Tensor tensor_clamp_ste(const at::Tensor& x, const at::Tensor& min_val, const at::Tensor& max_val);
+// torch.clamp(x, min_val, max_val) with a straight-through gradient.
+at::Tensor scalar_clamp_ste(const at::Tensor& x, double min_val, double max_val);
+// torch.clamp_min(x, min_val) with a straight-through gradient.
+at::Tensor scalar_clamp_min_ste(const at::Tensor& x, double min_val);
+
+namespace detail {
+// Argument checks shared by the CPU and Meta kernels.
+void check_tensor_clamp_ste_args(const at::Tensor& x, const at::Tensor& min_val, const at::Tensor& max_val);
+}  // namespace detail
+
+}  // namespace brevitas_cpp::ops

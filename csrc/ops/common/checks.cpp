@@ -1,0 +1,107 @@
+#include "ops/common/checks.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace brevitas_cpp {
+
+void check_floating(const at::Tensor& t, const char* op, const char* arg) {
+  const auto dtype = t.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
+              "brevitas_cpp::", op, ": ", arg, " must be a floating-point tensor (float32, float64, float16 "
+              "or bfloat16), got dtype ", dtype);
+}
+
+void check_same_dtype_as_input(const at::Tensor& t, const at::Tensor& x, const char* op,
+                               const char* arg) {
+  TORCH_CHECK(t.scalar_type() == x.scalar_type(), "brevitas_cpp::", op, ": ", arg,
+              " must have the dtype of x (", x.scalar_type(), "), got ", t.scalar_type(),
+              "; convert it with .to(x.dtype)");
+}
+
+void check_same_device(const at::Tensor& x, c10::ArrayRef<std::pair<const at::Tensor*, const char*>> args,
+                       const char* op) {
+  for (const auto& [t, name] : args) {
+    TORCH_CHECK(t->device() == x.device(), "brevitas_cpp::", op, ": ", name, " is on ", t->device(),
+                " but x is on ", x.device(), "; all tensor arguments must be on x's device");
+  }
+}
+
+void check_broadcasts_to_input(const at::Tensor& t, const at::Tensor& x, const char* op,
+                               const char* arg) {
+  const auto ts = t.sym_sizes();
+  const auto xs = x.sym_sizes();
+  bool ok = ts.size() <= xs.size();
+  for (size_t i = 0; ok && i < ts.size(); ++i) {
+    const auto& a = ts[ts.size() - 1 - i];
+    const auto& b = xs[xs.size() - 1 - i];
+    ok = (a == 1) || (a == b);
+  }
+  TORCH_CHECK(ok, "brevitas_cpp::", op, ": ", arg, " of shape ", ts, " does not broadcast to x of shape ", xs,
+              "; accepted: a shape that broadcasts to x without expanding it, e.g. [] or [1] per tensor, "
+              "[C, 1, 1, 1] per output channel, [1, C, 1, 1] per input channel");
+}
+
+void check_single_value(const at::Tensor& t, const char* op, const char* arg) {
+  TORCH_CHECK(t.sym_numel() == 1, "brevitas_cpp::", op, ": ", arg,
+              " must hold exactly one value (shape [] or [1]), got shape ", t.sym_sizes());
+}
+
+namespace {
+// Index and value of the first element of a CPU tensor failing `ok`, or -1.
+template <typename Pred>
+std::pair<int64_t, double> first_failing(const at::Tensor& t, Pred ok) {
+  const at::Tensor c = t.contiguous();
+  std::pair<int64_t, double> bad{-1, 0.0};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.scalar_type(), "first_failing", [&] {
+    const scalar_t* p = c.const_data_ptr<scalar_t>();
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      const double v = static_cast<double>(p[i]);
+      if (!ok(v)) {
+        bad = {i, v};
+        return;
+      }
+    }
+  });
+  return bad;
+}
+}  // namespace
+
+void check_positive_finite(const at::Tensor& t, const char* op, const char* arg) {
+  if (!t.device().is_cpu()) return;  // Device-side checks belong to the device kernels.
+  const auto [index, value] = first_failing(t, [](double v) { return std::isfinite(v) && v > 0.0; });
+  TORCH_CHECK(index < 0, "brevitas_cpp::", op, ": ", arg, " must be positive and finite, got ", value,
+              " at flat index ", index, " (of shape ", t.sizes(), ")");
+}
+
+void check_finite(const at::Tensor& t, const char* op, const char* arg) {
+  if (!t.device().is_cpu()) return;
+  const auto [index, value] = first_failing(t, [](double v) { return std::isfinite(v); });
+  TORCH_CHECK(index < 0, "brevitas_cpp::", op, ": ", arg, " must be finite, got ", value, " at flat index ",
+              index, " (of shape ", t.sizes(), ")");
+}
+
+int64_t check_bit_width(const at::Tensor& bit_width, const char* op) {
+  check_single_value(bit_width, op, "bit_width");
+  TORCH_CHECK(!bit_width.is_complex() && bit_width.scalar_type() != at::kBool, "brevitas_cpp::", op,
+              ": bit_width must be a real (integer or floating) tensor, got dtype ", bit_width.scalar_type());
+  TORCH_CHECK(bit_width.device().is_cpu(), "brevitas_cpp::", op,
+              ": bit_width on ", bit_width.device(), " has no value check on this build");
+  const double b = bit_width.item<double>();  // CPU tensor: no device synchronisation.
+  TORCH_CHECK(std::isfinite(b) && b == std::floor(b) && b >= 1.0 && b <= 32.0, "brevitas_cpp::", op,
+              ": bit_width must be an integer in [1, 32], got ", b);
+  return static_cast<int64_t>(b);
+}
+
+void check_scalar_bounds(double min_val, double max_val, const char* op) {
+  TORCH_CHECK(!std::isnan(min_val), "brevitas_cpp::", op, ": min_val must not be NaN");
+  TORCH_CHECK(!std::isnan(max_val), "brevitas_cpp::", op, ": max_val must not be NaN");
+  TORCH_CHECK(min_val <= max_val, "brevitas_cpp::", op, ": min_val (", min_val, ") must be <= max_val (",
+              max_val, ")");
+}
+
+}  // namespace brevitas_cpp

@@ -1,0 +1,39 @@
+// Argument validation shared by the CPU and Meta kernels. Every message names the op,
+// the argument, the value received and what is accepted.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+#include <utility>
+
+namespace brevitas_cpp {
+
+// x is float32, float64, float16 or bfloat16.
+void check_floating(const at::Tensor& t, const char* op, const char* arg);
+
+// `t` has exactly the dtype of x (scale and zero point are computed with in x's dtype).
+void check_same_dtype_as_input(const at::Tensor& t, const at::Tensor& x, const char* op,
+                               const char* arg);
+
+// Every tensor lives on x's device.
+void check_same_device(const at::Tensor& x, c10::ArrayRef<std::pair<const at::Tensor*, const char*>> args,
+                       const char* op);
+
+// `t` broadcasts to x's shape without expanding x (the result keeps x's shape).
+void check_broadcasts_to_input(const at::Tensor& t, const at::Tensor& x, const char* op,
+                               const char* arg);
+
+// A tensor that must hold one value (bit width).
+void check_single_value(const at::Tensor& t, const char* op, const char* arg);
+
+// Value checks, run where the values live (CPU tensors are read directly).
+void check_positive_finite(const at::Tensor& t, const char* op, const char* arg);
+void check_finite(const at::Tensor& t, const char* op, const char* arg);
+
+// Reads a CPU bit width and checks that it is an integer in [1, 32]; returns it.
+int64_t check_bit_width(const at::Tensor& bit_width, const char* op);
+
+void check_scalar_bounds(double min_val, double max_val, const char* op);
+
+}  // namespace brevitas_cpp

@@ -1,0 +1,93 @@
+#include "ops/common/param_layout.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace brevitas_cpp {
+
+at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype) {
+  return at::empty_like(x, x.options().dtype(dtype), at::MemoryFormat::Preserve);
+}
+
+at::Tensor with_layout_of(const at::Tensor& t, const at::Tensor& like) {
+  if (t.strides() == like.strides()) return t;
+  return at::empty_like(like, t.options()).copy_(t);
+}
+
+ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params,
+                              at::ScalarType dtype) {
+  ParamLayout L;
+  L.ndim = dense.dim();
+  const auto sizes = dense.sizes();
+  const auto strides = dense.strides();
+
+  // Dimensions of size > 1 in memory order (largest stride first).
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < dense.dim(); ++d) {
+    if (sizes[d] > 1) order.push_back(d);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+
+  std::vector<at::Tensor> expanded;
+  expanded.reserve(params.size());
+  for (const auto& p : params) expanded.push_back(p.expand(sizes));
+
+  // The block [first, last] of memory-order dims along which some parameter varies.
+  int64_t first = -1, last = -1;
+  for (int64_t j = 0; j < static_cast<int64_t>(order.size()); ++j) {
+    const bool varies = std::any_of(expanded.begin(), expanded.end(),
+                                    [&](const at::Tensor& e) { return e.stride(order[j]) != 0; });
+    if (varies) {
+      if (first < 0) first = j;
+      last = j;
+    }
+  }
+
+  const int64_t numel = dense.numel();
+  if (first < 0) {  // Every parameter is a single value.
+    L.outer = 1;
+    L.K = 1;
+    L.inner = numel;
+  } else {
+    L.outer = 1;
+    L.K = 1;
+    L.inner = 1;
+    for (int64_t j = 0; j < static_cast<int64_t>(order.size()); ++j) {
+      const int64_t s = sizes[order[j]];
+      if (j < first) L.outer *= s;
+      else if (j <= last) {
+        L.K *= s;
+        L.span_dims.push_back(order[j]);
+        L.span_sizes.push_back(s);
+      } else L.inner *= s;
+    }
+  }
+
+  for (const auto& e : expanded) {
+    std::vector<int64_t> st;
+    for (int64_t d : L.span_dims) st.push_back(e.stride(d));
+    L.params.push_back(
+        e.as_strided(L.span_sizes, st, e.storage_offset()).to(dtype).contiguous().reshape({L.K}));
+  }
+  return L;
+}
+
+at::Tensor ParamLayout::fold_to(const double* acc_k, const at::Tensor& param) const {
+  // acc_k's K entries are laid out over span_dims in memory order: view them that way,
+  // move the dims back to their original order, and insert size-1 dims elsewhere.
+  std::vector<int64_t> perm(span_dims.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return span_dims[a] < span_dims[b]; });
+  at::Tensor owned = at::empty({K}, at::TensorOptions().dtype(at::kDouble));
+  std::copy(acc_k, acc_k + K, owned.mutable_data_ptr<double>());
+  at::Tensor t = owned.reshape(span_sizes).permute(perm);
+  std::vector<int64_t> full(ndim, 1);
+  for (size_t j = 0; j < span_dims.size(); ++j) full[span_dims[j]] = span_sizes[j];
+  t = t.reshape(full);
+  return t.sum_to_size(param.sizes()).to(param.scalar_type()).contiguous();
+}
+
+}  // namespace brevitas_cpp

@@ -1,0 +1,239 @@
+#include "ops/common/checks.h"
+#include "ops/common/quant_math.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/int_quant.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+namespace brevitas_cpp::cpu {
+namespace {
+
+constexpr const char* kOp = "int_quant";
+
+// The composition computes max_int/min_int in bit_width's dtype and casts them to x's
+// (max_int(...).type_as(x)); rounding the exact value through both dtypes matches it.
+double through_dtype(double v, at::ScalarType dtype) {
+  double r = v;
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "through_dtype",
+                             [&] { r = static_cast<double>(static_cast<scalar_t>(v)); });
+  return r;
+}
+
+template <typename T>
+struct IntBounds {
+  Vec<T> lo, hi;
+  IntBounds(const at::Tensor& bit_width, int64_t b, bool is_signed, bool narrow)
+      : lo(static_cast<T>(through_dtype(min_int_value(b, is_signed, narrow), bit_width.scalar_type()))),
+        hi(static_cast<T>(through_dtype(max_int_value(b, is_signed, narrow), bit_width.scalar_type()))) {}
+};
+
+// The clamp of Brevitas's tensor_clamp: where(r > hi, hi, r), then where(. < lo, lo, .).
+template <typename T>
+struct Clamped {
+  Vec<T> value, above, below;
+};
+template <typename T>
+inline Clamped<T> clamp_as_brevitas(const Vec<T>& r, const IntBounds<T>& b) {
+  const Vec<T> above = r > b.hi;
+  const Vec<T> c1 = Vec<T>::blendv(r, b.hi, above);
+  const Vec<T> below = c1 < b.lo;
+  return {Vec<T>::blendv(c1, b.lo, below), above, below};
+}
+
+template <typename T, RoundingMode M, bool kWithMask>
+void forward_loop(const T* px, T* py, bool* pmask, const ParamLayout& L, int64_t n, const IntBounds<T>& bounds) {
+  const T* ps = L.params[0].const_data_ptr<T>();
+  const T* pz = L.params[1].const_data_ptr<T>();
+  at::parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
+    for_each_run(L, begin, end, [&](int64_t off, int64_t len, int64_t k, bool strided) {
+      for_each_block<T>(len, [&](int64_t j, int64_t c) {
+        const Vec<T> s = load_param(ps, k, j, strided, c);
+        const Vec<T> z = load_param(pz, k, j, strided, c);
+        const Vec<T> t = Vec<T>::loadu(px + off + j, c) / s;
+        const Clamped<T> q = clamp_as_brevitas(vec_math::round_as<M, T>(t + z), bounds);
+        ((q.value - z) * s).store(py + off + j, c);
+        if constexpr (kWithMask) store_clear_lanes<T>(q.above | q.below, pmask + off + j, c);
+      });
+    });
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& scale,
+                                           const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                           bool is_signed, bool narrow_range, c10::string_view rounding_mode,
+                                           bool with_mask) {
+  ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, kOp);
+  const RoundingMode mode = parse_rounding_mode(rounding_mode, kOp);
+  const int64_t b = check_bit_width(bit_width, kOp);
+  check_positive_finite(scale, kOp, "scale");
+  check_finite(zero_point, kOp, "zero_point");
+
+  at::Tensor y = empty_output_like(x);
+  at::Tensor mask = with_mask ? empty_output_like(x, at::kBool) : at::Tensor();
+  if (x.numel() == 0) return {y, mask};
+  const at::Tensor xd = with_layout_of(x, y);
+  const ParamLayout L = make_param_layout(y, {scale, zero_point}, x.scalar_type());
+  BREVITAS_CPP_DISPATCH_FLOATING(x.scalar_type(), "int_quant", [&] {
+    const IntBounds<scalar_t> bounds(bit_width, b, is_signed, narrow_range);
+    dispatch_rounding_mode(mode, [&](auto m) {
+      if (with_mask) {
+        forward_loop<scalar_t, decltype(m)::value, true>(xd.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
+                                                         mask.mutable_data_ptr<bool>(), L, x.numel(), bounds);
+      } else {
+        forward_loop<scalar_t, decltype(m)::value, false>(xd.const_data_ptr<scalar_t>(),
+                                                          y.mutable_data_ptr<scalar_t>(), nullptr, L, x.numel(), bounds);
+      }
+    });
+  });
+  return {y, mask};
+}
+
+at::Tensor int_quant_cpu(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
+                         const at::Tensor& bit_width, bool is_signed, bool narrow_range,
+                         c10::string_view rounding_mode, bool /*clamp_ste: backward only*/) {
+  return std::get<0>(forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, false));
+}
+
+std::tuple<at::Tensor, at::Tensor> int_quant_with_mask_cpu(const at::Tensor& x, const at::Tensor& scale,
+                                                           const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                                           bool is_signed, bool narrow_range,
+                                                           c10::string_view rounding_mode) {
+  return forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, true);
+}
+
+// ---- backward ---------------------------------------------------------------------------
+// Gradients are those of autograd through the unfused composition
+//   t = x / s;  r = round(t + z);  q = clamp(r);  y = (q - z) * s
+// with gs = g * s arriving at q and gt = gs where the clamp passes (all of it with clamp_ste):
+//   dx = gt / s,   ds = g * (q - z) - gt * (t / s),   dz = gt - gs,
+//   d max_int = gs where r > max_int,   d min_int = gs where clamped below.
+
+// dx from the saved pass mask (or, with clamp_ste, from nothing): no x needed.
+template <typename T>
+void grad_input_loop(const T* pg, const bool* pmask, T* pgx, const ParamLayout& L, int64_t n) {
+  const T* ps = L.params[0].const_data_ptr<T>();
+  at::parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
+    for_each_run(L, begin, end, [&](int64_t off, int64_t len, int64_t k, bool strided) {
+      for_each_block<T>(len, [&](int64_t j, int64_t c) {
+        const Vec<T> s = load_param(ps, k, j, strided, c);
+        Vec<T> gx = (Vec<T>::loadu(pg + off + j, c) * s) / s;
+        if (pmask) gx = Vec<T>::blendv(Vec<T>(T(0)), gx, load_bool_mask<T>(pmask + off + j, c));
+        gx.store(pgx + off + j, c);
+      });
+    });
+  });
+}
+
+struct GradSelect {
+  bool scale, zero_point, bounds;
+};
+
+// Recomputes the forward from x; writes dx (when pgx) and returns the accumulators
+// [ds (K) | dz (K) | d max_int | d min_int].
+template <typename T, RoundingMode M, bool kClampSte>
+std::vector<double> grad_full_loop(const T* pg, const T* px, T* pgx, const ParamLayout& L, int64_t n,
+                                   const IntBounds<T>& bounds, GradSelect want) {
+  const T* ps = L.params[0].const_data_ptr<T>();
+  const T* pz = L.params[1].const_data_ptr<T>();
+  const int64_t K = L.K;
+  return chunked_reduce(n, 2 * K + 2, [&](int64_t begin, int64_t end, double* acc) {
+    for_each_run(L, begin, end, [&](int64_t off, int64_t len, int64_t k, bool strided) {
+      RunSum<T> sum_s(acc + k, strided), sum_z(acc + K + k, strided);
+      RunSum<T> sum_hi(acc + 2 * K, false), sum_lo(acc + 2 * K + 1, false);
+      for_each_block<T>(len, [&](int64_t j, int64_t c) {
+        const Vec<T> s = load_param(ps, k, j, strided, c);
+        const Vec<T> z = load_param(pz, k, j, strided, c);
+        const Vec<T> g = Vec<T>::loadu(pg + off + j, c);
+        const Vec<T> t = Vec<T>::loadu(px + off + j, c) / s;
+        const Clamped<T> q = clamp_as_brevitas(vec_math::round_as<M, T>(t + z), bounds);
+        const Vec<T> zero(T(0));
+        const Vec<T> gs = g * s;
+        const Vec<T> gt = kClampSte ? gs : Vec<T>::blendv(gs, zero, q.above | q.below);
+        if (pgx) (gt / s).store(pgx + off + j, c);
+        if (want.scale) sum_s.add(j, g * (q.value - z) + gt.neg() * (t / s), c);
+        if (want.zero_point) sum_z.add(j, gt - gs, c);
+        if (!kClampSte && want.bounds) {
+          sum_hi.add(j, Vec<T>::blendv(zero, gs, q.above), c);
+          sum_lo.add(j, Vec<T>::blendv(zero, gs, q.below), c);
+        }
+      });
+    });
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cpu(
+    const at::Tensor& grad, const std::optional<at::Tensor>& x_opt, const std::optional<at::Tensor>& mask_opt,
+    const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width, bool is_signed,
+    bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, std::array<bool, 4> output_mask) {
+  constexpr const char* op = "_int_quant_backward";
+  const bool has_x = x_opt.has_value() && x_opt->defined();
+  const bool has_mask = mask_opt.has_value() && mask_opt->defined();
+  const at::Tensor& ref = has_x ? *x_opt : (has_mask ? *mask_opt : grad);
+  ops::detail::check_int_quant_args(has_x ? *x_opt : grad, scale, zero_point, bit_width, rounding_mode, op);
+  TORCH_CHECK(grad.sizes() == ref.sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sizes(),
+              " must have the shape of x ", ref.sizes());
+  const bool want_params = output_mask[1] || output_mask[2] || (output_mask[3] && !clamp_ste);
+  TORCH_CHECK(has_x || !want_params, "brevitas_cpp::", op,
+              ": gradients of scale, zero_point or bit_width need x; got x = None");
+  TORCH_CHECK(has_x || has_mask || clamp_ste, "brevitas_cpp::", op,
+              ": without clamp_ste the gradient of x needs x or mask; got neither");
+  const RoundingMode mode = parse_rounding_mode(rounding_mode, op);
+  const int64_t b = check_bit_width(bit_width, op);
+
+  at::Tensor gx = output_mask[0] ? empty_output_like(ref, grad.scalar_type()) : at::Tensor();
+  at::Tensor gs, gz, gb;
+  const int64_t n = grad.numel();
+  const at::Tensor layout = gx.defined() ? gx : empty_output_like(ref, grad.scalar_type());
+  const at::Tensor gd = with_layout_of(grad, layout);
+
+  if (!want_params) {
+    if (gx.defined() && n > 0) {
+      const ParamLayout L = make_param_layout(gx, {scale}, grad.scalar_type());
+      const at::Tensor md = has_mask && !clamp_ste ? with_layout_of(*mask_opt, gx) : at::Tensor();
+      BREVITAS_CPP_DISPATCH_FLOATING(grad.scalar_type(), "_int_quant_backward", [&] {
+        grad_input_loop<scalar_t>(gd.const_data_ptr<scalar_t>(), md.defined() ? md.const_data_ptr<bool>() : nullptr,
+                                  gx.mutable_data_ptr<scalar_t>(), L, n);
+      });
+    }
+    if (output_mask[3] && clamp_ste) gb = at::Tensor();  // TensorClampSte: no gradient to the bounds.
+    return {gx, gs, gz, gb};
+  }
+
+  const at::Tensor xd = with_layout_of(*x_opt, layout);
+  const ParamLayout L = make_param_layout(layout, {scale, zero_point}, grad.scalar_type());
+  const GradSelect want{output_mask[1], output_mask[2], output_mask[3] && !clamp_ste};
+  std::vector<double> acc(static_cast<size_t>(2 * L.K + 2), 0.0);
+  if (n > 0) {
+    BREVITAS_CPP_DISPATCH_FLOATING(grad.scalar_type(), "_int_quant_backward", [&] {
+      const IntBounds<scalar_t> bounds(bit_width, b, is_signed, narrow_range);
+      scalar_t* pgx = gx.defined() ? gx.mutable_data_ptr<scalar_t>() : nullptr;
+      dispatch_rounding_mode(mode, [&](auto m) {
+        constexpr RoundingMode M = decltype(m)::value;
+        acc = clamp_ste ? grad_full_loop<scalar_t, M, true>(gd.const_data_ptr<scalar_t>(),
+                                                            xd.const_data_ptr<scalar_t>(), pgx, L, n, bounds, want)
+                        : grad_full_loop<scalar_t, M, false>(gd.const_data_ptr<scalar_t>(),
+                                                             xd.const_data_ptr<scalar_t>(), pgx, L, n, bounds, want);
+      });
+    });
+  }
+  if (want.scale) gs = L.fold_to(acc.data(), scale);
+  if (want.zero_point) gz = L.fold_to(acc.data() + L.K, zero_point);
+  if (want.bounds) {
+    const double bw = static_cast<double>(b);
+    const double g_hi = acc[2 * L.K], g_lo = acc[2 * L.K + 1];
+    const double value = g_hi * max_int_slope(bw, is_signed) + g_lo * min_int_slope(bw, is_signed);
+    gb = at::full(bit_width.sizes(), value, bit_width.options());
+  }
+  return {gx, gs, gz, gb};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
+  m.impl("int_quant", TORCH_FN(int_quant_cpu));
+  m.impl("_int_quant_with_mask", TORCH_FN(int_quant_with_mask_cpu));
+  m.impl("_int_quant_backward", TORCH_FN(int_quant_backward_cpu));
+}
+
+}  // namespace brevitas_cpp::cpu

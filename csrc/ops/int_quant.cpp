@@ -1,0 +1,62 @@
+#include "ops/int_quant.h"
+
+#include "ops/common/checks.h"
+#include "ops/common/op_handle.h"
+#include "ops/common/quant_math.h"
+
+#include <torch/library.h>
+
+namespace brevitas_cpp::ops {
+
+at::Tensor int_quant(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
+                     const at::Tensor& bit_width, bool is_signed, bool narrow_range,
+                     c10::string_view rounding_mode, bool clamp_ste) {
+  static auto op = op_handle<decltype(int_quant)>("brevitas_cpp::int_quant");
+  return op.call(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste);
+}
+
+std::tuple<at::Tensor, at::Tensor> _int_quant_with_mask(const at::Tensor& x, const at::Tensor& scale,
+                                                        const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                                        bool is_signed, bool narrow_range,
+                                                        c10::string_view rounding_mode) {
+  static auto op = op_handle<decltype(_int_quant_with_mask)>("brevitas_cpp::_int_quant_with_mask");
+  return op.call(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> _int_quant_backward(
+    const at::Tensor& grad, const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& mask,
+    const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width, bool is_signed,
+    bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, std::array<bool, 4> output_mask) {
+  static auto op = op_handle<decltype(_int_quant_backward)>("brevitas_cpp::_int_quant_backward");
+  return op.call(grad, x, mask, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste,
+                 output_mask);
+}
+
+namespace detail {
+void check_int_quant_args(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
+                          const at::Tensor& bit_width, c10::string_view rounding_mode, const char* op) {
+  check_floating(x, op, "x");
+  check_same_dtype_as_input(scale, x, op, "scale");
+  check_same_dtype_as_input(zero_point, x, op, "zero_point");
+  check_broadcasts_to_input(scale, x, op, "scale");
+  check_broadcasts_to_input(zero_point, x, op, "zero_point");
+  check_single_value(bit_width, op, "bit_width");
+  check_same_device(x, {{&scale, "scale"}, {&zero_point, "zero_point"}, {&bit_width, "bit_width"}}, op);
+  parse_rounding_mode(rounding_mode, op);
+}
+}  // namespace detail
+
+TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {
+  m.def(
+      "int_quant(Tensor x, Tensor scale, Tensor zero_point, Tensor bit_width, bool signed, bool narrow_range, "
+      "str rounding_mode=\"round\", bool clamp_ste=False) -> Tensor");
+  m.def(
+      "_int_quant_with_mask(Tensor x, Tensor scale, Tensor zero_point, Tensor bit_width, bool signed, "
+      "bool narrow_range, str rounding_mode=\"round\") -> (Tensor, Tensor)");
+  m.def(
+      "_int_quant_backward(Tensor grad, Tensor? x, Tensor? mask, Tensor scale, Tensor zero_point, "
+      "Tensor bit_width, bool signed, bool narrow_range, str rounding_mode, bool clamp_ste, "
+      "bool[4] output_mask) -> (Tensor, Tensor, Tensor, Tensor)");
+}
+
+}  // namespace brevitas_cpp::ops

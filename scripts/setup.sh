@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh machine (Debian, Python 3.11, root): system packages,
+# the pinned CPU torch, build/test tools, then build and install brevitas_cpp.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+[ -f /usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake ] || [ -d /usr/src/googletest ] || need_apt+=(libgtest-dev)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}"
+fi
+
+python3 -m pip install -q torch==2.13.0
+python3 -m pip install -q -r requirements-dev.txt
+# --no-build-isolation: build against the torch installed above (never a fresh download).
+python3 -m pip install -q --no-build-isolation .
+python3 -c "import brevitas_cpp; print('brevitas_cpp installed:', brevitas_cpp.build_info())"

@@ -1,5 +1,7 @@
 #include "build_info.h"
 
+#include "ops/cpu/kernels.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -14,8 +16,8 @@ BuildInfo build_info() {
 #else
   info.openmp = false;
 #endif
-  info.vector_isa = "DEFAULT";
-  info.active_isa = "DEFAULT";
+  info.vector_isa = cpu::compiled_isas();
+  info.active_isa = cpu::isa_name(cpu::active_isa());
   info.cuda = false;
   return info;
 }

@@ -3,7 +3,12 @@
 #include "ops/common/checks.h"
 #include "ops/common/op_handle.h"
 
+#include <ATen/Dispatch.h>
+#include <c10/util/overflows.h>
 #include <torch/library.h>
+
+#include <limits>
+#include <utility>
 
 namespace brevitas_cpp::ops {
 
@@ -32,6 +37,18 @@ void check_tensor_clamp_ste_args(const at::Tensor& x, const at::Tensor& min_val,
     check_broadcasts_to_input(*t, x, op, name);
   }
   check_same_device(x, {{&min_val, "min_val"}, {&max_val, "max_val"}}, op);
+}
+
+void check_scalar_clamp_args(const at::Tensor& x, double min_val, std::optional<double> max_val, const char* op) {
+  check_floating(x, op, "x");
+  check_scalar_bounds(min_val, max_val.value_or(std::numeric_limits<double>::infinity()), op);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "check_scalar_clamp_args", [&] {
+    for (const auto& [v, name] : {std::pair{std::optional<double>(min_val), "min_val"}, std::pair{max_val, "max_val"}}) {
+      const bool overflows = v && c10::overflows<scalar_t, double>(*v);
+      TORCH_CHECK(!overflows, "brevitas_cpp::", op, ": ", name, " (", *v,
+                  ") cannot be converted to x's dtype ", x.scalar_type(), " without overflow");
+    }
+  });
 }
 }  // namespace detail
 

@@ -2,6 +2,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 namespace brevitas_cpp::ops {
 
 // Brevitas's tensor_clamp (torch.where(x > max, max, x), then torch.where(. < min, min, .))
@@ -16,6 +18,8 @@ at::Tensor scalar_clamp_min_ste(const at::Tensor& x, double min_val);
 namespace detail {
 // Argument checks shared by the CPU and Meta kernels.
 void check_tensor_clamp_ste_args(const at::Tensor& x, const at::Tensor& min_val, const at::Tensor& max_val);
+// x floating; bounds not NaN, min_val <= max_val, and representable in x's dtype (as torch.clamp).
+void check_scalar_clamp_args(const at::Tensor& x, double min_val, std::optional<double> max_val, const char* op);
 }  // namespace detail
 
 }  // namespace brevitas_cpp::ops

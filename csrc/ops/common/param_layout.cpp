@@ -35,11 +35,19 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
   expanded.reserve(params.size());
   for (const auto& p : params) expanded.push_back(p.expand(sizes));
 
+  // A parameter varies along dim d when its own (right-aligned) size there is x's. Sizes,
+  // not strides: an expanded parameter has stride 0 yet its gradient keeps that dim.
+  const int64_t ndim = dense.dim();
+  auto param_varies = [&](const at::Tensor& p, int64_t d) {
+    const int64_t pd = d - (ndim - p.dim());
+    return pd >= 0 && p.size(pd) == sizes[d];
+  };
+
   // The block [first, last] of memory-order dims along which some parameter varies.
   int64_t first = -1, last = -1;
   for (int64_t j = 0; j < static_cast<int64_t>(order.size()); ++j) {
-    const bool varies = std::any_of(expanded.begin(), expanded.end(),
-                                    [&](const at::Tensor& e) { return e.stride(order[j]) != 0; });
+    const bool varies = std::any_of(params.begin(), params.end(),
+                                    [&](const at::Tensor& p) { return param_varies(p, order[j]); });
     if (varies) {
       if (first < 0) first = j;
       last = j;

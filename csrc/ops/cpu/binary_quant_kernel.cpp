@@ -1,12 +1,12 @@
 #include "ops/binary_quant.h"
 #include "ops/common/quant_math.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/scaled_quant.h"
-
-#include <torch/library.h>
 
 #include <utility>
 
-namespace brevitas_cpp::cpu {
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
+
 namespace {
 
 template <typename V>
@@ -17,6 +17,8 @@ template <typename T>
 inline Vec<T> bsign(const Vec<T>& v) {
   return vec_math::keep_nan<T>(vec_math::binary_sign<T>(v), v);
 }
+
+}  // namespace
 
 at::Tensor binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale) {
   return scaled_quant_forward(x, scale, "binary_quant", [](const auto& xv, const auto& s) {
@@ -39,6 +41,8 @@ std::tuple<at::Tensor, at::Tensor> binary_quant_backward_cpu(const at::Tensor& g
                                });
 }
 
+namespace {
+
 // The clamp of Brevitas's tensor_clamp(x, -s, s): where(x > s, s, x), then where(. < -s, -s, .).
 template <typename T>
 struct ClampedToScale {
@@ -52,6 +56,8 @@ inline ClampedToScale<T> clamp_to_scale(const Vec<T>& x, const Vec<T>& s) {
   const Vec<T> below = c1 < neg_s;
   return {Vec<T>::blendv(c1, neg_s, below), above, below};
 }
+
+}  // namespace
 
 at::Tensor clamped_binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale) {
   return scaled_quant_forward(x, scale, "clamped_binary_quant", [](const auto& xv, const auto& s) {
@@ -78,13 +84,4 @@ std::tuple<at::Tensor, at::Tensor> clamped_binary_quant_backward_cpu(const at::T
                                });
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
-  m.impl("binary_quant", TORCH_FN(binary_quant_cpu));
-  m.impl("clamped_binary_quant", TORCH_FN(clamped_binary_quant_cpu));
-  m.impl("_binary_quant_backward", TORCH_FN(binary_quant_backward_cpu));
-  m.impl("_clamped_binary_quant_backward", TORCH_FN(clamped_binary_quant_backward_cpu));
-}
-
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

@@ -1,11 +1,9 @@
 #include "ops/clamp_ste.h"
 #include "ops/common/checks.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/elementwise.h"
 
-#include <torch/library.h>
-
-namespace brevitas_cpp::cpu {
-namespace {
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
 at::Tensor tensor_clamp_ste_cpu(const at::Tensor& x, const at::Tensor& min_val, const at::Tensor& max_val) {
   ops::detail::check_tensor_clamp_ste_args(x, min_val, max_val);
@@ -36,10 +34,11 @@ at::Tensor tensor_clamp_ste_cpu(const at::Tensor& x, const at::Tensor& min_val, 
   return out;
 }
 
+namespace {
+
 // torch.clamp semantics: bounds converted to x's dtype, NaN propagates.
 at::Tensor clamp_kernel(const at::Tensor& x, double min_val, std::optional<double> max_val, const char* name) {
-  check_floating(x, name, "x");
-  check_scalar_bounds(min_val, max_val.value_or(std::numeric_limits<double>::infinity()), name);
+  ops::detail::check_scalar_clamp_args(x, min_val, max_val, name);
   return unary_kernel(x, name, [&](const auto& v) {
     using T = typename std::decay_t<decltype(v)>::value_type;
     const Vec<T> lo(static_cast<T>(min_val));
@@ -52,6 +51,8 @@ at::Tensor clamp_kernel(const at::Tensor& x, double min_val, std::optional<doubl
   });
 }
 
+}  // namespace
+
 at::Tensor scalar_clamp_ste_cpu(const at::Tensor& x, double min_val, double max_val) {
   return clamp_kernel(x, min_val, max_val, "scalar_clamp_ste");
 }
@@ -60,12 +61,4 @@ at::Tensor scalar_clamp_min_ste_cpu(const at::Tensor& x, double min_val) {
   return clamp_kernel(x, min_val, std::nullopt, "scalar_clamp_min_ste");
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
-  m.impl("tensor_clamp_ste", TORCH_FN(tensor_clamp_ste_cpu));
-  m.impl("scalar_clamp_ste", TORCH_FN(scalar_clamp_ste_cpu));
-  m.impl("scalar_clamp_min_ste", TORCH_FN(scalar_clamp_min_ste_cpu));
-}
-
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

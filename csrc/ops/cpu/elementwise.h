@@ -8,8 +8,8 @@
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 
-namespace brevitas_cpp::cpu {
-inline namespace CPU_CAPABILITY {
+// CPU_CAPABILITY (DEFAULT, AVX2, AVX512) names the instruction set this copy is compiled for.
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
 // Calls body.template operator()<scalar_t>() for x's floating dtype.
 #define BREVITAS_CPP_DISPATCH_FLOATING(dtype, name, ...) \
@@ -84,5 +84,4 @@ std::vector<double> scaled_backward_loop(const T* pg, const T* px, T* pgx, const
   });
 }
 
-}  // namespace CPU_CAPABILITY
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

@@ -1,12 +1,13 @@
 #include "ops/common/checks.h"
 #include "ops/common/quant_math.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/int_quant.h"
 
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
-namespace brevitas_cpp::cpu {
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
+
 namespace {
 
 constexpr const char* kOp = "int_quant";
@@ -89,6 +90,8 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
   return {y, mask};
 }
 
+}  // namespace
+
 at::Tensor int_quant_cpu(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                          const at::Tensor& bit_width, bool is_signed, bool narrow_range,
                          c10::string_view rounding_mode, bool /*clamp_ste: backward only*/) {
@@ -102,11 +105,13 @@ std::tuple<at::Tensor, at::Tensor> int_quant_with_mask_cpu(const at::Tensor& x, 
   return forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, true);
 }
 
+namespace {
+
 // ---- backward ---------------------------------------------------------------------------
 // Gradients are those of autograd through the unfused composition
 //   t = x / s;  r = round(t + z);  q = clamp(r);  y = (q - z) * s
 // with gs = g * s arriving at q and gt = gs where the clamp passes (all of it with clamp_ste):
-//   dx = gt / s,   ds = g * (q - z) - gt * (t / s),   dz = gt - gs,
+//   dx = gt / s,   ds = g * (q - z) + (-gt) * (t / s),   dz = gt + (-gs),
 //   d max_int = gs where r > max_int,   d min_int = gs where clamped below.
 
 // dx from the saved pass mask (or, with clamp_ste, from nothing): no x needed.
@@ -130,17 +135,20 @@ struct GradSelect {
 };
 
 // Recomputes the forward from x; writes dx (when pgx) and returns the accumulators
-// [ds (K) | dz (K) | d max_int | d min_int].
+// [ds from * s (K) | ds from / s (K) | dz from + z (K) | dz from - z (K) | d max_int | d min_int].
+// Each term is reduced on its own and the two are added in the parameter's dtype, as
+// autograd adds the gradients of the two uses of s (and of z).
 template <typename T, RoundingMode M, bool kClampSte>
 std::vector<double> grad_full_loop(const T* pg, const T* px, T* pgx, const ParamLayout& L, int64_t n,
                                    const IntBounds<T>& bounds, GradSelect want) {
   const T* ps = L.params[0].const_data_ptr<T>();
   const T* pz = L.params[1].const_data_ptr<T>();
   const int64_t K = L.K;
-  return chunked_reduce(n, 2 * K + 2, [&](int64_t begin, int64_t end, double* acc) {
+  return chunked_reduce(n, 4 * K + 2, [&](int64_t begin, int64_t end, double* acc) {
     for_each_run(L, begin, end, [&](int64_t off, int64_t len, int64_t k, bool strided) {
-      RunSum<T> sum_s(acc + k, strided), sum_z(acc + K + k, strided);
-      RunSum<T> sum_hi(acc + 2 * K, false), sum_lo(acc + 2 * K + 1, false);
+      RunSum<T> sum_s_mul(acc + k, strided), sum_s_div(acc + K + k, strided);
+      RunSum<T> sum_z_add(acc + 2 * K + k, strided), sum_z_sub(acc + 3 * K + k, strided);
+      RunSum<T> sum_hi(acc + 4 * K, false), sum_lo(acc + 4 * K + 1, false);
       for_each_block<T>(len, [&](int64_t j, int64_t c) {
         const Vec<T> s = load_param(ps, k, j, strided, c);
         const Vec<T> z = load_param(pz, k, j, strided, c);
@@ -151,8 +159,14 @@ std::vector<double> grad_full_loop(const T* pg, const T* px, T* pgx, const Param
         const Vec<T> gs = g * s;
         const Vec<T> gt = kClampSte ? gs : Vec<T>::blendv(gs, zero, q.above | q.below);
         if (pgx) (gt / s).store(pgx + off + j, c);
-        if (want.scale) sum_s.add(j, g * (q.value - z) + gt.neg() * (t / s), c);
-        if (want.zero_point) sum_z.add(j, gt - gs, c);
+        if (want.scale) {
+          sum_s_mul.add(j, g * (q.value - z), c);
+          sum_s_div.add(j, gt.neg() * (t / s), c);
+        }
+        if (want.zero_point) {
+          sum_z_add.add(j, gt, c);
+          sum_z_sub.add(j, gs.neg(), c);
+        }
         if (!kClampSte && want.bounds) {
           sum_hi.add(j, Vec<T>::blendv(zero, gs, q.above), c);
           sum_lo.add(j, Vec<T>::blendv(zero, gs, q.below), c);
@@ -161,6 +175,8 @@ std::vector<double> grad_full_loop(const T* pg, const T* px, T* pgx, const Param
     });
   });
 }
+
+}  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cpu(
     const at::Tensor& grad, const std::optional<at::Tensor>& x_opt, const std::optional<at::Tensor>& mask_opt,
@@ -182,28 +198,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
   const int64_t b = check_bit_width(bit_width, op);
 
   at::Tensor gx = output_mask[0] ? empty_output_like(ref, grad.scalar_type()) : at::Tensor();
-  at::Tensor gs, gz, gb;
+  at::Tensor gs, gz, gb;  // With clamp_ste, bit_width gets no gradient (TensorClampSte).
+  if (!output_mask[0] && !want_params) return {gx, gs, gz, gb};
   const int64_t n = grad.numel();
-  const at::Tensor layout = gx.defined() ? gx : empty_output_like(ref, grad.scalar_type());
+  // The memory order every tensor is walked in: dx's, else x's own when it is dense.
+  const at::Tensor layout = gx.defined() ? gx : (ref.is_non_overlapping_and_dense() ? ref : ref.contiguous());
   const at::Tensor gd = with_layout_of(grad, layout);
 
-  if (!want_params) {
+  // Only dx, and no x needed for it: from the saved mask, or straight through (clamp_ste).
+  if (!want_params && (clamp_ste || has_mask)) {
     if (gx.defined() && n > 0) {
       const ParamLayout L = make_param_layout(gx, {scale}, grad.scalar_type());
-      const at::Tensor md = has_mask && !clamp_ste ? with_layout_of(*mask_opt, gx) : at::Tensor();
+      const at::Tensor md = clamp_ste ? at::Tensor() : with_layout_of(*mask_opt, gx);
       BREVITAS_CPP_DISPATCH_FLOATING(grad.scalar_type(), "_int_quant_backward", [&] {
         grad_input_loop<scalar_t>(gd.const_data_ptr<scalar_t>(), md.defined() ? md.const_data_ptr<bool>() : nullptr,
                                   gx.mutable_data_ptr<scalar_t>(), L, n);
       });
     }
-    if (output_mask[3] && clamp_ste) gb = at::Tensor();  // TensorClampSte: no gradient to the bounds.
     return {gx, gs, gz, gb};
   }
 
   const at::Tensor xd = with_layout_of(*x_opt, layout);
   const ParamLayout L = make_param_layout(layout, {scale, zero_point}, grad.scalar_type());
   const GradSelect want{output_mask[1], output_mask[2], output_mask[3] && !clamp_ste};
-  std::vector<double> acc(static_cast<size_t>(2 * L.K + 2), 0.0);
+  std::vector<double> acc(static_cast<size_t>(4 * L.K + 2), 0.0);
   if (n > 0) {
     BREVITAS_CPP_DISPATCH_FLOATING(grad.scalar_type(), "_int_quant_backward", [&] {
       const IntBounds<scalar_t> bounds(bit_width, b, is_signed, narrow_range);
@@ -217,23 +235,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
       });
     });
   }
-  if (want.scale) gs = L.fold_to(acc.data(), scale);
-  if (want.zero_point) gz = L.fold_to(acc.data() + L.K, zero_point);
+  if (want.scale) gs = L.fold_to(acc.data(), scale).add_(L.fold_to(acc.data() + L.K, scale));
+  if (want.zero_point) gz = L.fold_to(acc.data() + 2 * L.K, zero_point).add_(L.fold_to(acc.data() + 3 * L.K, zero_point));
   if (want.bounds) {
     const double bw = static_cast<double>(b);
-    const double g_hi = acc[2 * L.K], g_lo = acc[2 * L.K + 1];
+    // The bounds' gradients are sums in x's dtype (the composition casts max_int to it).
+    const double g_hi = through_dtype(acc[4 * L.K], grad.scalar_type());
+    const double g_lo = through_dtype(acc[4 * L.K + 1], grad.scalar_type());
     const double value = g_hi * max_int_slope(bw, is_signed) + g_lo * min_int_slope(bw, is_signed);
     gb = at::full(bit_width.sizes(), value, bit_width.options());
   }
   return {gx, gs, gz, gb};
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
-  m.impl("int_quant", TORCH_FN(int_quant_cpu));
-  m.impl("_int_quant_with_mask", TORCH_FN(int_quant_with_mask_cpu));
-  m.impl("_int_quant_backward", TORCH_FN(int_quant_backward_cpu));
-}
-
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

@@ -14,8 +14,8 @@
 #include <type_traits>
 #include <vector>
 
-namespace brevitas_cpp::cpu {
-inline namespace CPU_CAPABILITY {
+// CPU_CAPABILITY (DEFAULT, AVX2, AVX512) names the instruction set this copy is compiled for.
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
 template <typename T>
 using Vec = at::vec::Vectorized<T>;
@@ -164,5 +164,4 @@ inline Vec<T> load_bool_mask(const bool* in, int64_t count) {
   return Vec<T>(Vec<T>::loadu(tmp) == Vec<T>(T(1)));
 }
 
-}  // namespace CPU_CAPABILITY
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

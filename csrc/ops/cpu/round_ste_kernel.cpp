@@ -1,10 +1,10 @@
 #include "ops/common/checks.h"
 #include "ops/common/quant_math.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/elementwise.h"
 
-#include <torch/library.h>
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
-namespace brevitas_cpp::cpu {
 namespace {
 
 template <RoundingMode M>
@@ -16,6 +16,8 @@ at::Tensor round_kernel(const at::Tensor& x, const char* name) {
   });
 }
 
+}  // namespace
+
 at::Tensor round_ste_cpu(const at::Tensor& x) { return round_kernel<RoundingMode::kRound>(x, "round_ste"); }
 at::Tensor ceil_ste_cpu(const at::Tensor& x) { return round_kernel<RoundingMode::kCeil>(x, "ceil_ste"); }
 at::Tensor floor_ste_cpu(const at::Tensor& x) { return round_kernel<RoundingMode::kFloor>(x, "floor_ste"); }
@@ -24,14 +26,4 @@ at::Tensor round_to_zero_ste_cpu(const at::Tensor& x) {
 }
 at::Tensor dpu_round_ste_cpu(const at::Tensor& x) { return round_kernel<RoundingMode::kDpu>(x, "dpu_round_ste"); }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
-  m.impl("round_ste", TORCH_FN(round_ste_cpu));
-  m.impl("ceil_ste", TORCH_FN(ceil_ste_cpu));
-  m.impl("floor_ste", TORCH_FN(floor_ste_cpu));
-  m.impl("round_to_zero_ste", TORCH_FN(round_to_zero_ste_cpu));
-  m.impl("dpu_round_ste", TORCH_FN(dpu_round_ste_cpu));
-}
-
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

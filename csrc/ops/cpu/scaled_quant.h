@@ -8,8 +8,8 @@
 
 #include <ATen/ATen.h>
 
-namespace brevitas_cpp::cpu {
-inline namespace CPU_CAPABILITY {
+// CPU_CAPABILITY (DEFAULT, AVX2, AVX512) names the instruction set this copy is compiled for.
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
 // y = fn(x, s) elementwise, fn generic over Vectorized<T>.
 template <typename Fn>
@@ -37,7 +37,7 @@ std::tuple<at::Tensor, at::Tensor> scaled_quant_backward(const at::Tensor& grad,
               " must have the shape of x ", x.sizes());
   at::Tensor gx = output_mask[0] ? empty_output_like(x) : at::Tensor();
   at::Tensor gs;
-  const at::Tensor layout = gx.defined() ? gx : empty_output_like(x);
+  const at::Tensor layout = gx.defined() ? gx : (x.is_non_overlapping_and_dense() ? x : x.contiguous());
   const ParamLayout L = make_param_layout(layout, {scale}, x.scalar_type());
   std::vector<double> acc(static_cast<size_t>(L.K), 0.0);
   if (x.numel() > 0 && (output_mask[0] || output_mask[1])) {
@@ -55,5 +55,4 @@ std::tuple<at::Tensor, at::Tensor> scaled_quant_backward(const at::Tensor& grad,
   return {gx, gs};
 }
 
-}  // namespace CPU_CAPABILITY
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

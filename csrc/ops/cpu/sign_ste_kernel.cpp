@@ -1,15 +1,17 @@
 #include "ops/common/checks.h"
 #include "ops/common/quant_math.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/sign_ste.h"
 
-#include <torch/library.h>
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
-namespace brevitas_cpp::cpu {
 namespace {
 
 template <typename V>
 using value_t = typename std::decay_t<V>::value_type;
+
+}  // namespace
 
 at::Tensor binary_sign_ste_cpu(const at::Tensor& x) {
   check_floating(x, "binary_sign_ste", "x");
@@ -41,13 +43,4 @@ at::Tensor abs_binary_sign_grad_backward_cpu(const at::Tensor& grad, const at::T
   });
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
-  m.impl("binary_sign_ste", TORCH_FN(binary_sign_ste_cpu));
-  m.impl("ternary_sign_ste", TORCH_FN(ternary_sign_ste_cpu));
-  m.impl("abs_binary_sign_grad", TORCH_FN(abs_binary_sign_grad_cpu));
-  m.impl("_abs_binary_sign_grad_backward", TORCH_FN(abs_binary_sign_grad_backward_cpu));
-}
-
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

@@ -1,12 +1,12 @@
 #include "ops/common/quant_math.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/scaled_quant.h"
 #include "ops/ternary_quant.h"
 
-#include <torch/library.h>
-
 #include <utility>
 
-namespace brevitas_cpp::cpu {
+namespace brevitas_cpp::cpu::CPU_CAPABILITY {
+
 namespace {
 
 // m * sign(x) with m = 1.0 where |x| > threshold * s, else 0.0 (NaN x kept).
@@ -16,6 +16,8 @@ inline Vec<T> masked_sign(const Vec<T>& x, const Vec<T>& s, double threshold) {
   const Vec<T> m = Vec<T>(x.abs() > vec_math::mul_scalar<T>(s, threshold)) & one;
   return vec_math::keep_nan<T>(m * vec_math::sign<T>(x), x);
 }
+
+}  // namespace
 
 at::Tensor ternary_quant_cpu(const at::Tensor& x, const at::Tensor& scale, double threshold) {
   ops::detail::check_threshold(threshold, "ternary_quant");
@@ -39,11 +41,4 @@ std::tuple<at::Tensor, at::Tensor> ternary_quant_backward_cpu(const at::Tensor& 
                                });
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
-  m.impl("ternary_quant", TORCH_FN(ternary_quant_cpu));
-  m.impl("_ternary_quant_backward", TORCH_FN(ternary_quant_backward_cpu));
-}
-
-}  // namespace brevitas_cpp::cpu
+}  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

@@ -15,14 +15,12 @@ at::Tensor tensor_clamp_ste_meta(const at::Tensor& x, const at::Tensor& min_val,
 }
 
 at::Tensor scalar_clamp_ste_meta(const at::Tensor& x, double min_val, double max_val) {
-  check_floating(x, "scalar_clamp_ste", "x");
-  check_scalar_bounds(min_val, max_val, "scalar_clamp_ste");
+  ops::detail::check_scalar_clamp_args(x, min_val, max_val, "scalar_clamp_ste");
   return empty_output_like(x);
 }
 
 at::Tensor scalar_clamp_min_ste_meta(const at::Tensor& x, double min_val) {
-  check_floating(x, "scalar_clamp_min_ste", "x");
-  check_scalar_bounds(min_val, std::numeric_limits<double>::infinity(), "scalar_clamp_min_ste");
+  ops::detail::check_scalar_clamp_args(x, min_val, std::nullopt, "scalar_clamp_min_ste");
   return empty_output_like(x);
 }
 

@@ -1,0 +1,137 @@
+"""The build: how the op library was compiled and linked, and how it loads."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import brevitas_cpp
+from brevitas_cpp import _C
+
+LIB_DIR = pathlib.Path(_C.__file__).parent
+OPS_LIB = LIB_DIR / "libbrevitas_cpp_ops.so"
+
+EXPECTED_OPS = {
+    "round_ste", "ceil_ste", "floor_ste", "round_to_zero_ste", "dpu_round_ste",
+    "tensor_clamp_ste", "scalar_clamp_ste", "scalar_clamp_min_ste",
+    "binary_sign_ste", "ternary_sign_ste", "abs_binary_sign_grad", "_abs_binary_sign_grad_backward",
+    "int_quant", "_int_quant_with_mask", "_int_quant_backward",
+    "binary_quant", "clamped_binary_quant", "_binary_quant_backward", "_clamped_binary_quant_backward",
+    "ternary_quant", "_ternary_quant_backward",
+}
+
+
+def test_build_info_reports_the_build():
+    info = brevitas_cpp.build_info()
+    assert set(info) == {"torch_version", "openmp", "vector_isa", "active_isa", "cuda"}
+    assert info["torch_version"] == torch.__version__.split("+")[0]
+    # at::parallel_for is inline code: without OpenMP in our compile it would run serially.
+    assert info["openmp"] is True
+    assert info["active_isa"] in info["vector_isa"].split()
+    assert info["cuda"] is torch.cuda.is_available() or info["cuda"] is False
+
+
+def test_every_op_is_registered_with_all_kernels():
+    registered = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("brevitas_cpp::")}
+    assert registered == EXPECTED_OPS
+    for name in EXPECTED_OPS:
+        for key in ("CPU", "Meta", "Autograd"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (name, key)
+
+
+def _needed_libraries(path: pathlib.Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    return [line.split("[")[1].split("]")[0] for line in out.splitlines() if "(NEEDED)" in line]
+
+
+@pytest.mark.skipif(not OPS_LIB.exists(), reason="op library not beside _C")
+def test_op_library_does_not_need_libpython():
+    needed = _needed_libraries(OPS_LIB)
+    assert any(n.startswith("libtorch") or n.startswith("libc10") for n in needed)
+    assert not [n for n in needed if "python" in n], needed
+    assert any("gomp" in n for n in needed), needed  # OpenMP runtime linked
+
+
+_ISA_SCRIPT = """
+import sys, torch, brevitas_cpp
+ops = torch.ops.brevitas_cpp
+g = torch.Generator().manual_seed(0)
+out = {"isa": brevitas_cpp.build_info()["active_isa"]}
+
+
+def reference_param_grads(x, s, z, b):
+    # Autograd of the unfused composition, under this process's ATen kernels.
+    s, z, b = (t.detach().requires_grad_() for t in (s, z, b))
+    u = x / s + z
+    r = u + (torch.round(u) - u).detach()
+    hi, lo = 2 ** (b - 1) - 1, -(2 ** (b - 1))
+    c = torch.where(r > hi, hi.type_as(r), r)
+    c = torch.where(c < lo, lo.type_as(c), c)
+    y = (c - z) * s
+    return list(torch.autograd.grad(y, (s, z, b), torch.ones_like(y)))
+
+
+for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+    x = (torch.randn(3, 37, 5, generator=g) * 9).to(dt)
+    x[0, :4, 0] = torch.tensor([2.5, -2.5, 0.5, -0.5])
+    s = (torch.rand(1, 37, 1, generator=g) + 0.2).to(dt).requires_grad_()
+    z = torch.zeros(1, 37, 1, dtype=dt).requires_grad_()
+    b = torch.tensor(4.0, requires_grad=True)
+    xr = x.clone().requires_grad_()
+    for mode in ("round", "ceil", "floor", "round_to_zero", "dpu"):
+        y = ops.int_quant(xr, s, z, b, True, False, mode, False)
+        out[(str(dt), mode, "exact")] = [y] + list(torch.autograd.grad(y, xr, torch.ones_like(y), retain_graph=True))
+        out[(str(dt), mode, "params")] = list(torch.autograd.grad(y, (s, z, b), torch.ones_like(y)))
+    out[(str(dt), "round", "reference")] = reference_param_grads(x, s, z, b)
+    out[(str(dt), "ste", "exact")] = [getattr(ops, n)(x) for n in
+        ("round_ste", "dpu_round_ste", "round_to_zero_ste", "binary_sign_ste", "ternary_sign_ste")]
+    out[(str(dt), "quant", "exact")] = [ops.binary_quant(x, s), ops.clamped_binary_quant(x, s),
+                                        ops.ternary_quant(x, s, 0.5)]
+torch.save(out, sys.argv[1])
+"""
+
+
+def _run_with_capability(cap, path):
+    env = dict(os.environ)
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    if cap:
+        env["ATEN_CPU_CAPABILITY"] = cap
+    subprocess.run([sys.executable, "-P", "-c", _ISA_SCRIPT, str(path)], env=env, check=True)
+    return torch.load(path)
+
+
+@pytest.mark.parametrize("isa", ["default", "avx2", "avx512"])
+def test_every_instruction_set_gives_the_same_results(isa, tmp_path):
+    """The kernels of each ISA (chosen through ATEN_CPU_CAPABILITY) give the same bits as those
+    the machine picks by itself; parameter gradients (reductions, whose lane widths differ) match
+    the reference composition run under the same ISA."""
+    if isa.upper() not in brevitas_cpp.build_info()["vector_isa"].split():
+        pytest.skip(f"{isa} kernels not compiled")
+    chosen = _run_with_capability(isa, tmp_path / "chosen.pt")
+    if chosen["isa"] != isa.upper():
+        pytest.skip(f"this machine does not run {isa}")
+    native = _run_with_capability(None, tmp_path / "native.pt")
+    for key, tensors in native.items():
+        if key == "isa" or key[2] != "exact":
+            continue
+        for a, b in zip(tensors, chosen[key]):
+            assert _same_bits(a, b), key
+    for dt in ("torch.float32", "torch.float64", "torch.float16", "torch.bfloat16"):
+        ours = chosen[(dt, "round", "params")]
+        ref = chosen[(dt, "round", "reference")]
+        tol = {"torch.float32": 1e-5, "torch.float64": 1e-10}.get(dt, 1e-2)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            # bit_width is float32: the reference's bit-width gradient is float32 arithmetic.
+            t = max(tol, 1e-5) if i == 2 else tol
+            torch.testing.assert_close(a, b, rtol=t, atol=t)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return a.dtype == b.dtype and torch.equal(a.reshape(-1).view(as_int[a.element_size()]),
+                                              b.reshape(-1).view(as_int[b.element_size()]))

@@ -22,25 +22,10 @@ from brevitas_cpp.function import (
     tensor_clamp,
     tensor_clamp_,
 )
+from helpers import DTYPE_IDS, DTYPES, assert_same
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["f32", "f64", "f16", "bf16"]
 NAN = float("nan")
 INF = float("inf")
-
-
-def assert_same(actual, expected):
-    """Bitwise equality: dtype, shape, values (NaN == NaN) and the sign of zeros."""
-    assert actual.dtype == expected.dtype
-    assert actual.shape == expected.shape
-    nan = torch.isnan(expected) if expected.is_floating_point() else torch.zeros_like(expected, dtype=torch.bool)
-    same = torch.equal(torch.isnan(actual) if actual.is_floating_point() else nan, nan) and torch.equal(
-        actual[~nan], expected[~nan])
-    if not same:
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
-        raise AssertionError("not bitwise equal")
-    if expected.is_floating_point():
-        assert torch.equal(torch.signbit(actual)[~nan], torch.signbit(expected)[~nan]), "sign of zero differs"
 
 
 # --- max_int / min_int ---------------------------------------------------------------------

@@ -13,80 +13,41 @@ import torch
 
 import brevitas_cpp  # noqa: F401  (registers the ops)
 from brevitas_cpp.function import binary_quant, clamped_binary_quant
+from helpers import (
+    DTYPES,
+    MASKS2,
+    SCALE_SHAPES,
+    assert_bitwise,
+    backward_op_utils,
+    grads,
+    param_shape,
+    quant_layouts,
+    quant_opcheck_inputs,
+    rand,
+    rand_pos,
+    ref_binary_sign,
+    ref_sign_ste,
+    ref_tensor_clamp,
+)
 
 OPS = torch.ops.brevitas_cpp
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
 # ---- reference compositions ----------------------------------------------------------------
 
 
-def ref_binary_sign(x):
-    one = torch.ones_like(x)
-    y = torch.where(x >= 0, one, -one)
-    return torch.where(torch.isnan(x), x, y)  # contract: NaN propagates
-
-
-def ref_sign_ste(x):
-    # Forward: exactly binary_sign(x); backward: identity (straight-through).
-    return ref_binary_sign(x).detach() + (x - x.detach())
-
-
-def ref_tensor_clamp(x, lo, hi):
-    out = torch.where(x > hi, hi.type_as(x), x)
-    return torch.where(out < lo, lo.type_as(out), out)
-
-
 def ref_binary_quant(x, s):
-    sgn = ref_sign_ste(x) if x.requires_grad else ref_binary_sign(x)
-    return sgn * s
+    return ref_sign_ste(ref_binary_sign, x) * s
 
 
 def ref_clamped_binary_quant(x, s):
     c = ref_tensor_clamp(x, -s, s)
-    sgn = ref_sign_ste(c) if c.requires_grad else ref_binary_sign(c)
-    return sgn * s
+    return ref_sign_ste(ref_binary_sign, c) * s
 
 
 OPS_AND_REFS = {
     "binary": (binary_quant, ref_binary_quant, "binary_quant"),
     "clamped": (clamped_binary_quant, ref_clamped_binary_quant, "clamped_binary_quant"),
-}
-
-
-_INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-             torch.bfloat16: torch.int16}
-
-
-def _assert_bitwise(y, ref, signed_zero=True):
-    """Bit-for-bit equality (so -0.0 != +0.0 when signed_zero), any NaN matching any NaN."""
-    assert y.dtype == ref.dtype and y.shape == ref.shape
-    nan = torch.isnan(y) & torch.isnan(ref)
-    if signed_zero:
-        same = (y.contiguous().view(_INT_VIEW[y.dtype]) == ref.contiguous().view(_INT_VIEW[y.dtype])) | nan
-    else:
-        same = (y == ref) | nan
-    if not bool(same.all()):
-        raise AssertionError(f"mismatch: got {y[~same][:5].tolist()}, want {ref[~same][:5].tolist()}")
-
-
-def _rand(shape, dtype=torch.float32, seed=0, spread=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=g, dtype=torch.float64) * spread).to(dtype)
-
-
-def _pos(shape, dtype=torch.float32, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.rand(shape, generator=g, dtype=torch.float64) * 0.9 + 0.1).to(dtype)
-
-
-SCALE_SHAPES = {
-    "per_tensor_0d": ((4, 3, 5), ()),
-    "per_tensor_1": ((4, 3, 5), (1,)),
-    "dim0": ((4, 3, 2, 2), (4, 1, 1, 1)),
-    "dim1": ((2, 4, 3, 3), (1, 4, 1, 1)),
-    "last": ((6, 7), (1, 7)),
-    "per_group": ((3, 4, 5), (3, 4, 1)),
 }
 
 
@@ -99,9 +60,9 @@ SCALE_SHAPES = {
 def test_forward_bitwise(kind, dtype, case):
     op, ref, _ = OPS_AND_REFS[kind]
     xs, ss = SCALE_SHAPES[case]
-    x = _rand(xs, dtype)
-    s = _pos(ss, dtype)
-    _assert_bitwise(op(x, s), ref(x, s))
+    x = rand(xs, dtype)
+    s = rand_pos(ss, dtype)
+    assert_bitwise(op(x, s), ref(x, s))
 
 
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
@@ -112,7 +73,7 @@ def test_forward_special_values(kind, dtype):
     x = torch.tensor([0.0, -0.0, 0.75, -0.75, 0.7, -0.7, 3.0, -3.0, 1e-5, -1e-5, float("inf"), float("-inf"), 6e4,
                       -6e4], dtype=dtype)
     y = op(x, s)
-    _assert_bitwise(y, ref(x, s))
+    assert_bitwise(y, ref(x, s))
     want = torch.tensor([1, 1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1], dtype=dtype) * s
     assert torch.equal(y, want)
 
@@ -124,7 +85,7 @@ def test_nan_propagates(kind, dtype):
     x = torch.tensor([float("nan"), 1.0, -1.0, float("nan"), 0.0], dtype=dtype)
     y = op(x, torch.tensor(0.5, dtype=dtype))
     assert torch.isnan(y[[0, 3]]).all() and not torch.isnan(y[[1, 2, 4]]).any()
-    _assert_bitwise(y, ref(x, torch.tensor(0.5, dtype=dtype)))
+    assert_bitwise(y, ref(x, torch.tensor(0.5, dtype=dtype)))
 
 
 def test_python_binary_sign_helper_follows_brevitas_on_nan():
@@ -147,39 +108,19 @@ def test_empty(kind):
     assert x.grad.shape == x.shape
 
 
-def _layouts():
-    base = _rand((4, 6, 5, 3), spread=1.0)
-    return {
-        "channels_last": base.contiguous(memory_format=torch.channels_last),
-        "permuted": base.permute(2, 0, 3, 1),
-        "transposed": base.transpose(0, 1),
-        "sliced": base[:, 1:5:2, :, 1:],
-        "expanded": _rand((1, 6, 5, 1)).expand(4, 6, 5, 3),
-    }
-
-
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
-@pytest.mark.parametrize("layout", list(_layouts()))
+@pytest.mark.parametrize("layout", list(quant_layouts()))
 @pytest.mark.parametrize("param_dim", [None, 0, 1, 3])
 def test_layouts(kind, layout, param_dim):
     op, ref, _ = OPS_AND_REFS[kind]
-    x = _layouts()[layout]
-    pshape = (1,) if param_dim is None else [x.shape[d] if d == param_dim else 1 for d in range(x.dim())]
-    s = _pos(pshape)
+    x = quant_layouts()[layout]
+    s = rand_pos(param_shape(x, param_dim))
     y = op(x, s)
-    _assert_bitwise(y, ref(x, s))
+    assert_bitwise(y, ref(x, s))
     assert y.stride() == torch.empty_like(x).stride()
 
 
 # ---- gradients -----------------------------------------------------------------------------
-
-
-def _grads(fn, x, s, g, which):
-    xl = x.detach().clone().requires_grad_(which[0])
-    sl = s.detach().clone().requires_grad_(which[1])
-    y = fn(xl, sl)
-    y.backward(g)
-    return y.detach(), xl.grad, sl.grad
 
 
 def _tols(dtype):
@@ -192,11 +133,11 @@ def _tols(dtype):
 def test_gradients_vs_composition(kind, dtype, case):
     op, ref, _ = OPS_AND_REFS[kind]
     xs, ss = SCALE_SHAPES[case]
-    x, s, g = _rand(xs, dtype), _pos(ss, dtype), _rand(xs, dtype, seed=3)
+    x, s, g = rand(xs, dtype), rand_pos(ss, dtype), rand(xs, dtype, seed=3)
     for which in [(True, True), (True, False), (False, True)]:
-        y, gx, gs = _grads(op, x, s, g, which)
-        yr, rx, rs = _grads(ref, x, s, g, which)
-        _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+        y, (gx, gs) = grads(op, (x, s), g, which)
+        yr, (rx, rs) = grads(ref, (x, s), g, which)
+        assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
         if which[0]:
             assert torch.equal(gx, rx)
         else:
@@ -212,10 +153,10 @@ def test_gradients_vs_composition(kind, dtype, case):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gradients_reduced_precision(kind, dtype):
     op, ref, _ = OPS_AND_REFS[kind]
-    x, s, g = _rand((2, 4, 3, 3), dtype), _pos((1, 4, 1, 1), dtype), _rand((2, 4, 3, 3), dtype, seed=3)
-    y, gx, gs = _grads(op, x, s, g, (True, True))
-    yr, rx, rs = _grads(ref, x, s, g, (True, True))
-    _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+    x, s, g = rand((2, 4, 3, 3), dtype), rand_pos((1, 4, 1, 1), dtype), rand((2, 4, 3, 3), dtype, seed=3)
+    y, (gx, gs) = grads(op, (x, s), g, (True, True))
+    yr, (rx, rs) = grads(ref, (x, s), g, (True, True))
+    assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
     assert torch.equal(gx, rx)
     torch.testing.assert_close(gs, rs, rtol=2e-2, atol=5e-2)
 
@@ -232,22 +173,22 @@ def test_clamped_gradient_pins_clamp_terms():
 
 
 def test_non_contiguous_gradients():
-    base = _rand((4, 6, 5))
-    g = _rand((5, 6, 4), seed=7).permute(2, 1, 0)
+    base = rand((4, 6, 5))
+    g = rand((5, 6, 4), seed=7).permute(2, 1, 0)
     for kind in OPS_AND_REFS:
         op, ref, _ = OPS_AND_REFS[kind]
         for x in [base.transpose(0, 2).contiguous().transpose(0, 2), base[:, ::1, :].permute(0, 1, 2), base]:
-            s = _pos((1, 6, 1))
-            y, gx, gs = _grads(op, x, s, g, (True, True))
-            yr, rx, rs = _grads(ref, x, s, g, (True, True))
-            _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+            s = rand_pos((1, 6, 1))
+            y, (gx, gs) = grads(op, (x, s), g, (True, True))
+            yr, (rx, rs) = grads(ref, (x, s), g, (True, True))
+            assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
             assert torch.equal(gx, rx)
             torch.testing.assert_close(gs, rs, **_tols(torch.float32))
 
 
 def test_gradcheck_binary_in_scale():
-    x = _rand((4, 5), torch.float64)
-    s = _pos((4, 1), torch.float64).requires_grad_()
+    x = rand((4, 5), torch.float64)
+    s = rand_pos((4, 1), torch.float64).requires_grad_()
     assert torch.autograd.gradcheck(lambda s_: binary_quant(x, s_), (s,))
     s0 = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda s_: binary_quant(x, s_), (s0,))
@@ -256,7 +197,7 @@ def test_gradcheck_binary_in_scale():
 def test_gradcheck_clamped_in_scale_unclamped_region():
     # With |x| < s for every perturbation the clamp is inactive: y = binary_sign(x) * s.
     x = (torch.rand(4, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64) - 0.5) * 0.4
-    s = (_pos((4, 1), torch.float64) + 0.3).requires_grad_()
+    s = (rand_pos((4, 1), torch.float64) + 0.3).requires_grad_()
     assert bool((x.abs() < s.detach()).all())
     assert torch.autograd.gradcheck(lambda s_: clamped_binary_quant(x, s_), (s,))
 
@@ -264,15 +205,12 @@ def test_gradcheck_clamped_in_scale_unclamped_region():
 # ---- backward ops ----------------------------------------------------------------------------
 
 
-MASKS2 = [[True, False], [False, True], [True, True], [False, False]]
-
-
 @pytest.mark.parametrize("output_mask", MASKS2, ids=str)
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
 def test_backward_op_outputs(output_mask, kind):
     _, ref, name = OPS_AND_REFS[kind]
-    x, s, g = _rand((3, 4, 5), torch.float64), _pos((1, 4, 1), torch.float64), _rand((3, 4, 5), torch.float64, seed=4)
-    _, rx, rs = _grads(ref, x, s, g, (True, True))
+    x, s, g = rand((3, 4, 5), torch.float64), rand_pos((1, 4, 1), torch.float64), rand((3, 4, 5), torch.float64, seed=4)
+    _, (rx, rs) = grads(ref, (x, s), g, (True, True))
     gx, gs = getattr(OPS, f"_{name}_backward")(g, x, s, output_mask)
     if output_mask[0]:
         assert torch.equal(gx, rx)
@@ -285,7 +223,7 @@ def test_backward_op_outputs(output_mask, kind):
 
 
 def test_binary_backward_without_x():
-    x, s, g = _rand((3, 4)), _pos((3, 1)), _rand((3, 4), seed=4)
+    x, s, g = rand((3, 4)), rand_pos((3, 1)), rand((3, 4), seed=4)
     gx, gs = OPS._binary_quant_backward(g, None, s, [True, False])
     assert torch.equal(gx, g * s) and gs is None
     with pytest.raises(RuntimeError, match=r"_binary_quant_backward: the gradient of scale needs x"):
@@ -295,9 +233,9 @@ def test_binary_backward_without_x():
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
 def test_backward_ops_not_differentiable(kind):
     _, _, name = OPS_AND_REFS[kind]
-    x = _rand((3, 4))
-    g = _rand((3, 4), seed=2).requires_grad_()
-    gx, _ = getattr(OPS, f"_{name}_backward")(g, x, _pos(()), [True, False])
+    x = rand((3, 4))
+    g = rand((3, 4), seed=2).requires_grad_()
+    gx, _ = getattr(OPS, f"_{name}_backward")(g, x, rand_pos(()), [True, False])
     with pytest.raises(RuntimeError, match="not implemented"):
         gx.sum().backward()
 
@@ -305,26 +243,15 @@ def test_backward_ops_not_differentiable(kind):
 # ---- opcheck ---------------------------------------------------------------------------------
 
 
-def _opcheck_xs(noncontig, requires_grad):
-    x = _rand((4, 12, 5))[:, ::2, :] if noncontig else _rand((4, 6, 5))
-    s = _pos((1, 6, 1))
-    if requires_grad:
-        x, s = x.clone().requires_grad_(), s.clone().requires_grad_()
-    return x, s
-
-
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
 @pytest.mark.parametrize("noncontig", [False, True])
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck_forward(kind, noncontig, requires_grad):
     _, _, name = OPS_AND_REFS[kind]
-    x, s = _opcheck_xs(noncontig, requires_grad)
+    x, s = quant_opcheck_inputs(noncontig, requires_grad)
     torch.library.opcheck(getattr(OPS, name), (x, s))
     if requires_grad:  # per-tensor scale requiring grad, x without
         torch.library.opcheck(getattr(OPS, name), (x.detach(), torch.tensor(0.3, requires_grad=True)))
-
-
-NO_AOT = ("test_schema", "test_autograd_registration", "test_faketensor")
 
 
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
@@ -332,14 +259,14 @@ NO_AOT = ("test_schema", "test_autograd_registration", "test_faketensor")
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck_backward(kind, noncontig, requires_grad):
     _, _, name = OPS_AND_REFS[kind]
-    x, s = _opcheck_xs(noncontig, False)
-    g = _rand(x.shape, seed=5)
+    x, s = quant_opcheck_inputs(noncontig, False)
+    g = rand(x.shape, seed=5)
     if noncontig:
-        g = _rand((x.shape[2], x.shape[1], x.shape[0]), seed=5).permute(2, 1, 0)
+        g = rand((x.shape[2], x.shape[1], x.shape[0]), seed=5).permute(2, 1, 0)
     if requires_grad:
         g = g.clone().requires_grad_()
     # The backward ops are deliberately not differentiable: skip the check that differentiates them.
-    utils = NO_AOT if requires_grad else NO_AOT + ("test_aot_dispatch_dynamic",)
+    utils = backward_op_utils(requires_grad)
     op = getattr(OPS, f"_{name}_backward")
     for m in MASKS2:
         torch.library.opcheck(op, (g, x, s, m), test_utils=utils)
@@ -353,7 +280,7 @@ def test_opcheck_backward(kind, noncontig, requires_grad):
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
 def test_bad_inputs(kind):
     op, _, name = OPS_AND_REFS[kind]
-    x = _rand((2, 5))
+    x = rand((2, 5))
     with pytest.raises(RuntimeError, match=rf"{name}: x must be a floating-point"):
         op(torch.ones(2, 5, dtype=torch.int32), torch.tensor(1, dtype=torch.int32))
     with pytest.raises(RuntimeError, match=rf"{name}: scale must have the dtype of x"):
@@ -363,7 +290,7 @@ def test_bad_inputs(kind):
     with pytest.raises(RuntimeError, match=r"scale of shape \[4, 2, 5\] does not broadcast"):
         op(x, torch.ones(4, 2, 5))
     with pytest.raises(RuntimeError, match=r"scale of shape \[2, 1\] does not broadcast to x of shape \[1, 5\]"):
-        op(_rand((1, 5)), torch.ones(2, 1))
+        op(rand((1, 5)), torch.ones(2, 1))
     for v, text in [(0.0, "0"), (-1.0, "-1"), (float("inf"), "inf"), (float("nan"), "nan")]:
         with pytest.raises(RuntimeError, match=rf"{name}: scale must be positive and finite, got {text}\b"):
             op(x, torch.tensor(v))
@@ -378,10 +305,10 @@ def test_bad_inputs(kind):
 def test_large_tensors(kind, xs, ss):
     """Several parallel chunks, runs of one scale split across chunks."""
     op, ref, _ = OPS_AND_REFS[kind]
-    x, s, g = _rand(xs, torch.float64), _pos(ss, torch.float64), _rand(xs, torch.float64, seed=3)
-    y, gx, gs = _grads(op, x, s, g, (True, True))
-    yr, rx, rs = _grads(ref, x, s, g, (True, True))
-    _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+    x, s, g = rand(xs, torch.float64), rand_pos(ss, torch.float64), rand(xs, torch.float64, seed=3)
+    y, (gx, gs) = grads(op, (x, s), g, (True, True))
+    yr, (rx, rs) = grads(ref, (x, s), g, (True, True))
+    assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
     assert torch.equal(gx, rx)
     torch.testing.assert_close(gs, rs, rtol=1e-9, atol=1e-8)
 
@@ -389,15 +316,15 @@ def test_large_tensors(kind, xs, ss):
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
 def test_expanded_scale_forward(kind):
     op, ref, _ = OPS_AND_REFS[kind]
-    x = _rand((4, 6))
+    x = rand((4, 6))
     s = torch.tensor(0.5).expand(1, 6)
-    _assert_bitwise(op(x, s), ref(x, s))
+    assert_bitwise(op(x, s), ref(x, s))
 
 
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
 def test_expanded_scale_gradient(kind):
     op, ref, _ = OPS_AND_REFS[kind]
-    x = _rand((4, 6), torch.float64)
+    x = rand((4, 6), torch.float64)
     base = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
     ref_base = base.detach().clone().requires_grad_()
     op(x, base.expand(1, 6)).sum().backward()

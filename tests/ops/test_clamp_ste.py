@@ -1,7 +1,7 @@
 """Straight-through clamps: tensor_clamp_ste, scalar_clamp_ste, scalar_clamp_min_ste.
 
 tensor_clamp_ste is checked against Brevitas's tensor_clamp (the torch.where composition,
-written out here), the scalar clamps against torch.clamp / torch.clamp_min, all in x's dtype
+helpers.ref_tensor_clamp), the scalar clamps against torch.clamp / torch.clamp_min, all in x's dtype
 and bitwise (sign of zero included)."""
 
 import functools
@@ -12,22 +12,15 @@ import torch
 
 import brevitas_cpp
 import brevitas_cpp.function as BF
+from helpers import DTYPE_IDS, DTYPES, assert_same, meta_like, randn_reversed_layout, ref_tensor_clamp
 
 OPS = torch.ops.brevitas_cpp
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["f32", "f64", "f16", "bf16"]
 NAN = float("nan")
 INF = float("inf")
 
 
 # --- independent references ---------------------------------------------------------------
-
-def ref_tensor_clamp(x, min_val, max_val):
-    out = torch.where(x > max_val, max_val.type_as(x), x)
-    out = torch.where(out < min_val, min_val.type_as(out), out)
-    return out
-
 
 def ref_scalar_clamp(x, lo, hi):
     return torch.clamp(x, lo, hi)
@@ -38,18 +31,6 @@ def ref_scalar_clamp_min(x, lo):
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-def assert_same(actual, expected):
-    """Bitwise equality: dtype, shape, values (NaN == NaN) and the sign of zeros."""
-    assert actual.dtype == expected.dtype
-    assert actual.shape == expected.shape
-    nan = torch.isnan(expected)
-    same = torch.equal(torch.isnan(actual), nan) and torch.equal(actual[~nan], expected[~nan])
-    if not same:  # assert_close only for its report
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
-        raise AssertionError("not bitwise equal")
-    assert torch.equal(torch.signbit(actual)[~nan], torch.signbit(expected)[~nan]), "sign of zero differs"
-
 
 @functools.lru_cache(maxsize=None)
 def _values(shape, dtype, seed):
@@ -259,10 +240,9 @@ def test_tensor_clamp_layouts(layout):
         out = OPS.tensor_clamp_ste(xd, lod, hid)
         assert_same(out, ref_tensor_clamp(xd, lod, hid))
         assert out.stride() == torch.empty_like(xd).stride()
-        meta = lambda t: torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta")  # noqa: E731
-        om = OPS.tensor_clamp_ste(meta(xd), meta(lod), meta(hid))
+        om = OPS.tensor_clamp_ste(meta_like(xd), meta_like(lod), meta_like(hid))
         assert om.shape == x.shape and om.dtype == dtype
-        assert om.stride() == torch.empty_like(meta(xd)).stride()
+        assert om.stride() == torch.empty_like(meta_like(xd)).stride()
 
 
 # --- tensor_clamp_ste: autograd -------------------------------------------------------------
@@ -301,7 +281,7 @@ def test_tensor_clamp_bounds_get_no_gradient():
 def test_tensor_clamp_backward_non_contiguous(layout):
     x, lo, hi = layout_cases()[layout]
     x = x.detach().requires_grad_()
-    g = torch.randn(x.shape[::-1]).permute(*reversed(range(x.dim())))
+    g = randn_reversed_layout(x)
     OPS.tensor_clamp_ste(x, lo, hi).backward(g)
     assert torch.equal(x.grad, g)
 
@@ -467,7 +447,7 @@ def test_scalar_clamp_layouts(layout):
                      (OPS.scalar_clamp_min_ste(x, -0.5), ref_scalar_clamp_min(x, -0.5))]:
         assert_same(out, ref)
         assert out.stride() == torch.empty_like(x).stride()
-    xm = torch.empty_strided(x.size(), x.stride(), device="meta")
+    xm = meta_like(x)
     for om in (OPS.scalar_clamp_ste(xm, -0.5, 0.5), OPS.scalar_clamp_min_ste(xm, -0.5)):
         assert om.shape == x.shape and om.stride() == torch.empty_like(xm).stride()
 
@@ -489,7 +469,7 @@ def test_scalar_clamps_backward_is_identity(dtype):
 @pytest.mark.parametrize("layout", ["transposed", "channels_last", "expanded"])
 def test_scalar_clamps_backward_non_contiguous(layout):
     x = scalar_layouts()[layout].requires_grad_()
-    g = torch.randn(x.shape[::-1]).permute(*reversed(range(x.dim())))
+    g = randn_reversed_layout(x)
     (OPS.scalar_clamp_ste(x, -0.5, 0.5) * 2 + OPS.scalar_clamp_min_ste(x, 0.0)).backward(g)
     assert torch.equal(x.grad, 3 * g)
 

@@ -1,7 +1,7 @@
 """int_quant and its internal ops (_int_quant_with_mask, _int_quant_backward).
 
-Every result is checked against the unfused Brevitas composition written out below
-(IntQuant.to_int + tensor_clamp + max_int/min_int), never against the op itself:
+Every result is checked against the unfused Brevitas composition (helpers.ref_int_quant:
+IntQuant.to_int + tensor_clamp + max_int/min_int), never against the op itself:
 
     t = x / s;  u = t + z;  r = round_mode(u)            (STE in backward)
     c = where(r > max_int, max_int, r);  c = where(c < min_int, min_int, c)
@@ -13,69 +13,27 @@ import torch
 
 import brevitas_cpp  # noqa: F401  (registers the ops)
 from brevitas_cpp.function import int_quant
+from helpers import (
+    DTYPES,
+    MODES,
+    ROUND,
+    assert_bitwise,
+    backward_op_utils,
+    grads,
+    param_shape,
+    rand,
+    rand_pos,
+    ref_int_quant,
+    ref_max_int,
+    ref_min_int,
+)
 
 OPS = torch.ops.brevitas_cpp
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-MODES = ["round", "ceil", "floor", "round_to_zero", "dpu"]
 SIGNED_NARROW = [(True, False), (True, True), (False, False), (False, True)]
 BIT_WIDTHS = [1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32]
 
 
-# ---- reference composition ---------------------------------------------------------------
-
-
-def _round_to_zero(u):
-    return torch.sign(u) * torch.floor(torch.abs(u))
-
-
-def _dpu_round(u):
-    return torch.where((u < 0.0) & (u - torch.floor(u) == 0.5), torch.ceil(u), torch.round(u))
-
-
-ROUND = {
-    "round": torch.round,
-    "ceil": torch.ceil,
-    "floor": torch.floor,
-    "round_to_zero": _round_to_zero,
-    "dpu": _dpu_round,
-}
-
-
-def ref_max_int(signed, narrow_range, bit_width):
-    if not signed and not narrow_range:
-        return (2**bit_width) - 1
-    if not signed and narrow_range:
-        return (2**bit_width) - 2
-    return (2 ** (bit_width - 1)) - 1
-
-
-def ref_min_int(signed, narrow_range, bit_width):
-    if signed and narrow_range:
-        return -(2 ** (bit_width - 1)) + 1
-    if signed and not narrow_range:
-        return -(2 ** (bit_width - 1))
-    return 0 * bit_width
-
-
-def ref_tensor_clamp(v, lo, hi):
-    c = torch.where(v > hi, hi.type_as(v), v)
-    return torch.where(c < lo, lo.type_as(c), c)
-
-
-def ref_int_quant(x, scale, zero_point, bit_width, signed, narrow_range, rounding_mode="round", clamp_ste=False):
-    rnd = ROUND[rounding_mode.lower()]
-    t = x / scale
-    u = t + zero_point
-    # Round STE: u + (round(u) - u).detach(); without a graph the plain round (identical value).
-    r = u + (rnd(u) - u).detach() if u.requires_grad else rnd(u)
-    hi = ref_max_int(signed, narrow_range, bit_width)
-    lo = ref_min_int(signed, narrow_range, bit_width)
-    if clamp_ste:
-        clamped = ref_tensor_clamp(r, lo, hi).detach()
-        c = r + (clamped - r).detach() if r.requires_grad else clamped
-    else:
-        c = ref_tensor_clamp(r, lo, hi)
-    return (c - zero_point) * scale
+# ---- reference composition (ref_int_quant is in helpers.py) --------------------------------
 
 
 def ref_pass_mask(x, scale, zero_point, bit_width, signed, narrow_range, rounding_mode="round"):
@@ -110,22 +68,6 @@ def _int_range(b, signed, narrow):
     return 0.0, 2.0**b - (2.0 if narrow else 1.0)
 
 
-_INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-             torch.bfloat16: torch.int16}
-
-
-def _assert_bitwise(y, ref, signed_zero=True):
-    """Bit-for-bit equality (so -0.0 != +0.0 when signed_zero), any NaN matching any NaN."""
-    assert y.dtype == ref.dtype and y.shape == ref.shape
-    nan = torch.isnan(y) & torch.isnan(ref)
-    if signed_zero:
-        same = (y.contiguous().view(_INT_VIEW[y.dtype]) == ref.contiguous().view(_INT_VIEW[y.dtype])) | nan
-    else:
-        same = (y == ref) | nan
-    if not bool(same.all()):
-        raise AssertionError(f"mismatch: got {y[~same][:5].tolist()}, want {ref[~same][:5].tolist()}")
-
-
 # ---- forward -----------------------------------------------------------------------------
 
 
@@ -145,7 +87,7 @@ def test_forward_bitwise_vs_composition(dtype, mode, signed, narrow):
             bw = _bw(b)
             y = int_quant(x, scale, zp, bw, signed, narrow, mode)
             ref = ref_int_quant(x, scale, zp, bw, signed, narrow, mode)
-            _assert_bitwise(y, ref)
+            assert_bitwise(y, ref)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -170,14 +112,14 @@ def test_rounding_mode_case_insensitive(name):
     x = (torch.arange(-40, 40, dtype=torch.float32) / 4.0).reshape(8, 10)
     s, z, bw = torch.tensor(0.5), torch.tensor(1.0), _bw(3)
     y = int_quant(x, s, z, bw, True, False, name)
-    _assert_bitwise(y, ref_int_quant(x, s, z, bw, True, False, name.lower()))
-    _assert_bitwise(OPS.int_quant(x, s, z, bw, True, False, name, True), ref_int_quant(x, s, z, bw, True, False, name))
+    assert_bitwise(y, ref_int_quant(x, s, z, bw, True, False, name.lower()))
+    assert_bitwise(OPS.int_quant(x, s, z, bw, True, False, name, True), ref_int_quant(x, s, z, bw, True, False, name))
 
 
 def test_default_arguments():
     x = torch.randn(4, 6) * 3
     s, z, bw = torch.tensor(0.2), torch.tensor(0.0), _bw(4)
-    _assert_bitwise(OPS.int_quant(x, s, z, bw, True, False), ref_int_quant(x, s, z, bw, True, False, "round"))
+    assert_bitwise(OPS.int_quant(x, s, z, bw, True, False), ref_int_quant(x, s, z, bw, True, False, "round"))
 
 
 def test_max_int_32_bit_rounds_like_composition():
@@ -185,11 +127,11 @@ def test_max_int_32_bit_rounds_like_composition():
     x = torch.tensor([4294967295.0, 4294967296.0, 5e9, 1e10, -1.0, 3e9], dtype=torch.float32)
     one, zero = torch.tensor(1.0), torch.tensor(0.0)
     y = int_quant(x, one, zero, _bw(32), False, False)
-    _assert_bitwise(y, ref_int_quant(x, one, zero, _bw(32), False, False))
+    assert_bitwise(y, ref_int_quant(x, one, zero, _bw(32), False, False))
     assert y[2].item() == 4294967296.0 and y[4].item() == 0.0
     xd = x.double()
     yd = int_quant(xd, one.double(), zero.double(), _bw(32, torch.float64), False, False)
-    _assert_bitwise(yd, ref_int_quant(xd, one.double(), zero.double(), _bw(32, torch.float64), False, False))
+    assert_bitwise(yd, ref_int_quant(xd, one.double(), zero.double(), _bw(32, torch.float64), False, False))
     assert yd[2].item() == 4294967295.0
 
 
@@ -207,7 +149,7 @@ def test_bit_width_dtypes(bw_dtype):
             for bw_shape in [(), (1,)]:
                 bwv = bw.reshape(bw_shape)
                 y = int_quant(x, s, z, bwv, signed, narrow, "round")
-                _assert_bitwise(y, ref_int_quant(x, s, z, bwv, signed, narrow, "round"))
+                assert_bitwise(y, ref_int_quant(x, s, z, bwv, signed, narrow, "round"))
 
 
 @pytest.mark.parametrize("b", [16, 17, 24, 31])
@@ -220,7 +162,7 @@ def test_wide_bit_width_in_narrow_dtypes(b, bw_dtype):
             x = u.to(dtype)
             s, z = torch.tensor(1.0, dtype=dtype), torch.tensor(0.0, dtype=dtype)
             bw = _bw(b, bw_dtype)
-            _assert_bitwise(int_quant(x, s, z, bw, signed, narrow), ref_int_quant(x, s, z, bw, signed, narrow))
+            assert_bitwise(int_quant(x, s, z, bw, signed, narrow), ref_int_quant(x, s, z, bw, signed, narrow))
 
 
 def test_nan_propagates():
@@ -230,7 +172,7 @@ def test_nan_propagates():
             y = int_quant(x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode, clamp_ste)
             assert torch.isnan(y[0]) and torch.isnan(y[3])
             assert not torch.isnan(y[[1, 2, 4, 5]]).any()
-            _assert_bitwise(y, ref_int_quant(x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode))
+            assert_bitwise(y, ref_int_quant(x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -259,13 +201,8 @@ def test_empty_input_gradients_are_zero():
 
 
 def _rand(shape, dtype=torch.float32, seed=0, spread=6.0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=g, dtype=torch.float64) * spread).to(dtype)
-
-
-def _pos(shape, dtype=torch.float32, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.rand(shape, generator=g, dtype=torch.float64) * 0.9 + 0.1).to(dtype)
+    # Wider than helpers.rand's default (1.0), so that x / scale reaches the clamp bounds.
+    return rand(shape, dtype, seed, spread)
 
 
 def _ints(shape, dtype=torch.float32, seed=2, lo=-2, hi=3):
@@ -293,20 +230,20 @@ BROADCAST_CASES = {
 def test_broadcast_forward(case, dtype):
     xs, ss, zs = BROADCAST_CASES[case]
     x = _rand(xs, dtype)
-    s, z = _pos(ss, dtype), _ints(zs, dtype)
+    s, z = rand_pos(ss, dtype), _ints(zs, dtype)
     for mode in ["round", "dpu"]:
         y = int_quant(x, s, z, _bw(4), True, False, mode)
         assert y.shape == x.shape
-        _assert_bitwise(y, ref_int_quant(x, s, z, _bw(4), True, False, mode))
+        assert_bitwise(y, ref_int_quant(x, s, z, _bw(4), True, False, mode))
 
 
 def test_per_group_through_view():
     C, G, K = 4, 3, 8
     w = _rand((C, G * K))
     x = w.view(C, G, K)
-    s, z = _pos((C, G, 1)), _ints((C, G, 1), lo=0, hi=4)
+    s, z = rand_pos((C, G, 1)), _ints((C, G, 1), lo=0, hi=4)
     y = int_quant(x, s, z, _bw(3), False, False, "floor").view(C, G * K)
-    _assert_bitwise(y, ref_int_quant(x, s, z, _bw(3), False, False, "floor").view(C, G * K))
+    assert_bitwise(y, ref_int_quant(x, s, z, _bw(3), False, False, "floor").view(C, G * K))
 
 
 def _layouts():
@@ -327,14 +264,10 @@ def _layouts():
 @pytest.mark.parametrize("param_dim", [None, 0, 1, 3])
 def test_layouts_forward_and_strides(layout, param_dim):
     x = _layouts()[layout]
-    if param_dim is None:
-        pshape = (1,)
-    else:
-        pshape = [1] * x.dim()
-        pshape[param_dim] = x.shape[param_dim]
-    s, z = _pos(pshape), _ints(pshape)
+    pshape = param_shape(x, param_dim)
+    s, z = rand_pos(pshape), _ints(pshape)
     y = int_quant(x, s, z, _bw(5), True, True, "round_to_zero")
-    _assert_bitwise(y, ref_int_quant(x, s, z, _bw(5), True, True, "round_to_zero"))
+    assert_bitwise(y, ref_int_quant(x, s, z, _bw(5), True, True, "round_to_zero"))
     assert y.stride() == torch.empty_like(x).stride()
     ym, mask = OPS._int_quant_with_mask(x, s, z, _bw(5), True, True, "round_to_zero")
     assert torch.equal(ym, y) and ym.stride() == y.stride()
@@ -344,19 +277,19 @@ def test_layouts_forward_and_strides(layout, param_dim):
 
 def test_channels_last_per_channel_activation():
     x = _rand((2, 8, 5, 5)).contiguous(memory_format=torch.channels_last)
-    s, z = _pos((1, 8, 1, 1)), _ints((1, 8, 1, 1), lo=0, hi=3)
+    s, z = rand_pos((1, 8, 1, 1)), _ints((1, 8, 1, 1), lo=0, hi=3)
     y = int_quant(x, s, z, _bw(8), False, False)
     assert y.is_contiguous(memory_format=torch.channels_last)
-    _assert_bitwise(y, ref_int_quant(x, s, z, _bw(8), False, False))
+    assert_bitwise(y, ref_int_quant(x, s, z, _bw(8), False, False))
 
 
 def test_non_contiguous_params():
     x = _rand((5, 6))
-    s = _pos((2, 6))[:1, :]
-    s_strided = _pos((6, 2))[:, 0].reshape(1, 6)
+    s = rand_pos((2, 6))[:1, :]
+    s_strided = rand_pos((6, 2))[:, 0].reshape(1, 6)
     z = _ints((6, 3))[:, 1].reshape(1, 6)
     for sc in [s, s_strided]:
-        _assert_bitwise(int_quant(x, sc, z, _bw(4), True, False), ref_int_quant(x, sc, z, _bw(4), True, False))
+        assert_bitwise(int_quant(x, sc, z, _bw(4), True, False), ref_int_quant(x, sc, z, _bw(4), True, False))
 
 
 def test_meta_tensors_shape_and_strides():
@@ -384,19 +317,10 @@ GRAD_CASES = {
 def _grad_inputs(case, dtype, seed=0):
     xs, ss, zs = GRAD_CASES[case]
     x = _rand(xs, dtype, seed=seed, spread=2.0)
-    s = _pos(ss, dtype, seed=seed + 1) * 0.5
+    s = rand_pos(ss, dtype, seed=seed + 1) * 0.5
     z = _ints(zs, dtype, seed=seed + 2, lo=-1, hi=2)
     g = _rand(xs, dtype, seed=seed + 3, spread=1.0)
     return x, s, z, g
-
-
-def _grads(fn, x, s, z, bw, g, which):
-    leaves = []
-    for t, w in zip((x, s, z, bw), which):
-        leaves.append(t.detach().clone().requires_grad_(bool(w)))
-    y = fn(*leaves)
-    y.backward(g)
-    return y.detach(), [t.grad for t in leaves]
 
 
 def _tols(dtype):
@@ -419,9 +343,9 @@ def test_gradients_vs_composition(dtype, clamp_ste, case):
                 def ref(x_, s_, z_, b_):
                     return ref_int_quant(x_, s_, z_, b_, signed, narrow, mode, clamp_ste)
 
-                y, (gx, gs, gz, gb) = _grads(op, x, s, z, bw, g, (True, True, True, True))
-                yr, (rx, rs, rz, rb) = _grads(ref, x, s, z, bw, g, (True, True, True, True))
-                _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+                y, (gx, gs, gz, gb) = grads(op, (x, s, z, bw), g, (True, True, True, True))
+                yr, (rx, rs, rz, rb) = grads(ref, (x, s, z, bw), g, (True, True, True, True))
+                assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
                 assert torch.equal(gx, rx), (mode, signed, narrow, b)
                 torch.testing.assert_close(gs, rs, **_tols(dtype))
                 torch.testing.assert_close(gz, rz, **_tols(dtype))
@@ -437,13 +361,14 @@ def test_gradients_reduced_precision(dtype):
     x, s, z, g = _grad_inputs("per_channel_dim1", dtype)
     bw = torch.tensor(4.0)
     for clamp_ste in (False, True):
-        y, (gx, gs, gz, gb) = _grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste), x, s, z, bw, g, (1, 1, 1, 1)
+        y, (gx, gs, gz, gb) = grads(
+            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x, s, z, bw), g, (1, 1, 1, 1)
         )
-        yr, (rx, rs, rz, rb) = _grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste), x, s, z, bw, g, (1, 1, 1, 1)
+        yr, (rx, rs, rz, rb) = grads(
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x, s, z, bw), g,
+            (1, 1, 1, 1),
         )
-        _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+        assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
         assert torch.equal(gx, rx)
         torch.testing.assert_close(gs, rs, rtol=2e-2, atol=5e-2)
         torch.testing.assert_close(gz, rz, rtol=2e-2, atol=5e-2)
@@ -458,11 +383,11 @@ def test_bit_width_gradient_shape_and_dtype(bw_shape, bw_dtype):
     x = x * 4  # plenty of clamping on both sides
     bw = torch.tensor(3.0, dtype=bw_dtype).reshape(bw_shape)
     for signed, narrow in SIGNED_NARROW:
-        _, (_, _, _, gb) = _grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, signed, narrow), x, s, z, bw, g, (0, 0, 0, 1)
+        _, (_, _, _, gb) = grads(
+            lambda a, b_, c, d: int_quant(a, b_, c, d, signed, narrow), (x, s, z, bw), g, (0, 0, 0, 1)
         )
-        _, (_, _, _, rb) = _grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, signed, narrow), x, s, z, bw, g, (0, 0, 0, 1)
+        _, (_, _, _, rb) = grads(
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, signed, narrow), (x, s, z, bw), g, (0, 0, 0, 1)
         )
         assert gb.shape == bw.shape and gb.dtype == bw_dtype
         assert rb.abs().sum() > 0
@@ -475,13 +400,13 @@ def test_only_x_requires_grad(clamp_ste, dtype):
     x, s, z, g = _grad_inputs("per_channel_dim0", dtype)
     bw = torch.tensor(3.0)
     for mode in MODES:
-        y, (gx, gs, gz, gb) = _grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, mode, clamp_ste), x, s, z, bw, g, (1, 0, 0, 0)
+        y, (gx, gs, gz, gb) = grads(
+            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, mode, clamp_ste), (x, s, z, bw), g, (1, 0, 0, 0)
         )
-        yr, (rx, *_) = _grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, mode, clamp_ste), x, s, z, bw, g, (1, 0, 0, 0)
+        yr, (rx, *_) = grads(
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, mode, clamp_ste), (x, s, z, bw), g, (1, 0, 0, 0)
         )
-        _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+        assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
         assert torch.equal(gx, rx)
         assert gs is None and gz is None and gb is None
 
@@ -490,11 +415,11 @@ def test_only_x_requires_grad(clamp_ste, dtype):
 def test_only_scale_requires_grad(clamp_ste):
     x, s, z, g = _grad_inputs("per_channel_dim1", torch.float64)
     bw = torch.tensor(3.0)
-    _, (gx, gs, gz, gb) = _grads(
-        lambda a, b_, c, d: int_quant(a, b_, c, d, True, True, "ceil", clamp_ste), x, s, z, bw, g, (0, 1, 0, 0)
+    _, (gx, gs, gz, gb) = grads(
+        lambda a, b_, c, d: int_quant(a, b_, c, d, True, True, "ceil", clamp_ste), (x, s, z, bw), g, (0, 1, 0, 0)
     )
-    _, (_, rs, _, _) = _grads(
-        lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, True, "ceil", clamp_ste), x, s, z, bw, g, (0, 1, 0, 0)
+    _, (_, rs, _, _) = grads(
+        lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, True, "ceil", clamp_ste), (x, s, z, bw), g, (0, 1, 0, 0)
     )
     assert gx is None and gz is None and gb is None
     torch.testing.assert_close(gs, rs, rtol=1e-10, atol=1e-10)
@@ -504,8 +429,9 @@ def test_only_bit_width_requires_grad():
     x, s, z, g = _grad_inputs("per_tensor", torch.float32)
     x = x * 3
     bw = torch.tensor(2.0)
-    _, (_, _, _, gb) = _grads(lambda a, b_, c, d: int_quant(a, b_, c, d, False, True), x, s, z, bw, g, (0, 0, 0, 1))
-    _, (_, _, _, rb) = _grads(lambda a, b_, c, d: ref_int_quant(a, b_, c, d, False, True), x, s, z, bw, g, (0, 0, 0, 1))
+    _, (_, _, _, gb) = grads(lambda a, b_, c, d: int_quant(a, b_, c, d, False, True), (x, s, z, bw), g, (0, 0, 0, 1))
+    _, (_, _, _, rb) = grads(lambda a, b_, c, d: ref_int_quant(a, b_, c, d, False, True), (x, s, z, bw), g,
+                             (0, 0, 0, 1))
     torch.testing.assert_close(gb, rb, rtol=1e-5, atol=1e-4)
     # clamp_ste: the bounds get no gradient.
     b2 = torch.tensor(2.0, requires_grad=True)
@@ -519,23 +445,24 @@ def test_non_contiguous_gradients():
     base = _rand((4, 6, 5), spread=2.0)
     for x0 in [base.transpose(0, 2), base[:, ::2, 1:], base.permute(1, 0, 2)]:
         pshape = [1, 1, x0.shape[2]]
-        s, z = _pos(pshape) * 0.5, _ints(pshape, lo=-1, hi=2)
+        s, z = rand_pos(pshape) * 0.5, _ints(pshape, lo=-1, hi=2)
         g = _rand(x0.shape, seed=9, spread=1.0)
         bw = torch.tensor(3.0)
         for clamp_ste in (False, True):
-            y, (gx, gs, gz, gb) = _grads(
-                lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "dpu", clamp_ste), x0, s, z, bw, g, (1,) * 4
+            y, (gx, gs, gz, gb) = grads(
+                lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "dpu", clamp_ste), (x0, s, z, bw), g, (1,) * 4
             )
-            yr, (rx, rs, rz, rb) = _grads(
-                lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "dpu", clamp_ste), x0, s, z, bw, g, (1,) * 4
+            yr, (rx, rs, rz, rb) = grads(
+                lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "dpu", clamp_ste), (x0, s, z, bw), g,
+                (1,) * 4,
             )
-            _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+            assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
             assert torch.equal(gx, rx)
             torch.testing.assert_close(gs, rs, **_tols(torch.float32))
             torch.testing.assert_close(gz, rz, **_tols(torch.float32))
     # A non-contiguous upstream gradient.
     x = _rand((6, 5), spread=2.0).requires_grad_()
-    s = _pos((6, 1)) * 0.5
+    s = rand_pos((6, 1)) * 0.5
     g = _rand((5, 6), seed=3).t()
     int_quant(x, s, torch.tensor(0.0), torch.tensor(4.0), True, False).backward(g)
     xr = x.detach().clone().requires_grad_()
@@ -573,7 +500,7 @@ def _record_saved(fn):
 
 def test_saved_only_x_grad_saves_bool_mask():
     x = _rand((10, 100)).requires_grad_()
-    s, z, bw = _pos((10, 1)), torch.tensor(0.0), torch.tensor(4.0)
+    s, z, bw = rand_pos((10, 1)), torch.tensor(0.0), torch.tensor(4.0)
     y, rec = _record_saved(lambda: int_quant(x, s, z, bw, True, False, "round", False))
     x_sized = [d for d, n in rec if n == x.numel()]
     assert x_sized == [torch.bool], rec
@@ -586,7 +513,7 @@ def test_saved_only_x_grad_saves_bool_mask():
 
 def test_saved_only_x_grad_clamp_ste_saves_nothing_x_sized():
     x = _rand((10, 100)).requires_grad_()
-    s, z, bw = _pos((10, 1)), torch.tensor(0.0), torch.tensor(4.0)
+    s, z, bw = rand_pos((10, 1)), torch.tensor(0.0), torch.tensor(4.0)
     y, rec = _record_saved(lambda: int_quant(x, s, z, bw, True, False, "round", True))
     assert [r for r in rec if r[1] == x.numel()] == [], rec
     y.backward(torch.ones_like(y))
@@ -598,7 +525,7 @@ def test_saved_only_x_grad_clamp_ste_saves_nothing_x_sized():
 @pytest.mark.parametrize("which", ["scale", "zero_point", "bit_width"])
 def test_saved_param_grad_saves_x(which):
     x = _rand((10, 100)).requires_grad_()
-    s, z, bw = _pos((10, 1)), torch.tensor(0.0), torch.tensor(4.0)
+    s, z, bw = rand_pos((10, 1)), torch.tensor(0.0), torch.tensor(4.0)
     {"scale": s, "zero_point": z, "bit_width": bw}[which].requires_grad_()
     _, rec = _record_saved(lambda: int_quant(x, s, z, bw, True, False))
     assert (torch.float32, x.numel()) in rec, rec
@@ -658,7 +585,7 @@ def test_int_quant_with_mask(mode):
     x, s, z, _ = _grad_inputs("per_channel_dim0", torch.float32)
     for signed, narrow in SIGNED_NARROW:
         y, m = OPS._int_quant_with_mask(x, s, z, _bw(3), signed, narrow, mode)
-        _assert_bitwise(y, ref_int_quant(x, s, z, _bw(3), signed, narrow, mode))
+        assert_bitwise(y, ref_int_quant(x, s, z, _bw(3), signed, narrow, mode))
         assert m.dtype == torch.bool
         want = ref_pass_mask(x, s, z, _bw(3), signed, narrow, mode)
         assert torch.equal(m, want)
@@ -729,7 +656,7 @@ def _opcheck_inputs(noncontig, requires_grad):
     x = _rand((4, 6, 5), spread=2.0)
     if noncontig:
         x = _rand((4, 12, 5), spread=2.0)[:, ::2, :]
-    s = _pos((1, 6, 1)) * 0.5
+    s = rand_pos((1, 6, 1)) * 0.5
     z = torch.zeros(())
     bw = torch.tensor(3.0)
     if requires_grad:
@@ -745,15 +672,9 @@ def test_opcheck_int_quant(noncontig, requires_grad, clamp_ste):
     torch.library.opcheck(OPS.int_quant, (x, s, z, bw, True, False, "dpu", clamp_ste))
 
 
-# The internal ops are deliberately not differentiable (autogradNotImplementedFallback), so with
-# inputs requiring grad opcheck skips test_aot_dispatch_dynamic (which differentiates the op);
-# test_backward_ops_not_differentiable_twice pins the error instead.
-NO_AOT = ("test_schema", "test_autograd_registration", "test_faketensor")
-
-
-def _internal_utils(requires_grad):
-    return NO_AOT if requires_grad else ("test_schema", "test_autograd_registration", "test_faketensor",
-                                         "test_aot_dispatch_dynamic")
+# The internal ops are deliberately not differentiable: with inputs requiring grad,
+# backward_op_utils leaves out test_aot_dispatch_dynamic; test_backward_ops_not_differentiable_twice
+# pins the error instead.
 
 
 @pytest.mark.parametrize("noncontig", [False, True])
@@ -761,7 +682,7 @@ def _internal_utils(requires_grad):
 def test_opcheck_int_quant_with_mask(noncontig, requires_grad):
     x, s, z, bw = _opcheck_inputs(noncontig, requires_grad)
     torch.library.opcheck(OPS._int_quant_with_mask, (x, s, z, bw, False, True, "floor"),
-                          test_utils=_internal_utils(requires_grad))
+                          test_utils=backward_op_utils(requires_grad))
 
 
 @pytest.mark.parametrize("output_mask", MASKS4, ids=lambda m: "".join("1" if b else "0" for b in m))
@@ -784,7 +705,7 @@ def test_opcheck_int_quant_backward_without_x(requires_grad):
     m = ref_pass_mask(x, s, z, bw, True, False)
     if requires_grad:
         g = g.clone().requires_grad_()
-    u = _internal_utils(requires_grad)
+    u = backward_op_utils(requires_grad)
     torch.library.opcheck(OPS._int_quant_backward, (g, None, m, s, z, bw, True, False, "round", False,
                                                     [True, False, False, False]), test_utils=u)
     torch.library.opcheck(OPS._int_quant_backward, (g, None, None, s, z, bw, True, False, "round", True,
@@ -921,21 +842,22 @@ def test_large_tensors_forward_and_gradients(case):
     x64 = _rand(xs, torch.float64, spread=2.0)
     if case == "channels_last_per_channel":
         x64 = x64.contiguous(memory_format=torch.channels_last)
-    s64, z64 = _pos(ss, torch.float64) * 0.5, _ints(zs, torch.float64, lo=-1, hi=2)
+    s64, z64 = rand_pos(ss, torch.float64) * 0.5, _ints(zs, torch.float64, lo=-1, hi=2)
     g64 = _rand(xs, torch.float64, seed=11)
     for mode in ("round", "dpu"):
         x, s, z = x64.float(), s64.float(), z64.float()
-        _assert_bitwise(int_quant(x, s, z, _bw(4), True, False, mode), ref_int_quant(x, s, z, _bw(4), True, False, mode))
+        assert_bitwise(int_quant(x, s, z, _bw(4), True, False, mode), ref_int_quant(x, s, z, _bw(4), True, False, mode))
     for clamp_ste in (False, True):
         bw = torch.tensor(4.0, dtype=torch.float64)
-        y, (gx, gs, gz, gb) = _grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste), x64, s64, z64, bw, g64, (1,) * 4
-        )
-        yr, (rx, rs, rz, rb) = _grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste), x64, s64, z64, bw, g64,
+        y, (gx, gs, gz, gb) = grads(
+            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x64, s64, z64, bw), g64,
             (1,) * 4,
         )
-        _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+        yr, (rx, rs, rz, rb) = grads(
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x64, s64, z64, bw), g64,
+            (1,) * 4,
+        )
+        assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
         assert torch.equal(gx, rx)
         torch.testing.assert_close(gs, rs, rtol=1e-9, atol=1e-8)
         torch.testing.assert_close(gz, rz, rtol=1e-9, atol=1e-8)
@@ -943,10 +865,10 @@ def test_large_tensors_forward_and_gradients(case):
             torch.testing.assert_close(gb, rb, rtol=1e-9, atol=1e-8)
     # Only x requiring grad (the saved-mask path), float32.
     x = x64.float()
-    y, (gx, *_) = _grads(lambda a, b_, c, d: int_quant(a, b_, c, d, True, False), x, s64.float(), z64.float(),
-                         _bw(4), g64.float(), (1, 0, 0, 0))
-    yr, (rx, *_) = _grads(lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False), x, s64.float(), z64.float(),
-                          _bw(4), g64.float(), (1, 0, 0, 0))
+    y, (gx, *_) = grads(lambda a, b_, c, d: int_quant(a, b_, c, d, True, False),
+                        (x, s64.float(), z64.float(), _bw(4)), g64.float(), (1, 0, 0, 0))
+    yr, (rx, *_) = grads(lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False),
+                         (x, s64.float(), z64.float(), _bw(4)), g64.float(), (1, 0, 0, 0))
     assert torch.equal(gx, rx)
 
 
@@ -960,7 +882,7 @@ def test_integer_bit_width_overflow_wraps_like_composition(bw_dtype, b):
     one, zero = torch.tensor(1.0), torch.tensor(0.0)
     bw = torch.tensor(b, dtype=bw_dtype)
     for signed, narrow in SIGNED_NARROW:
-        _assert_bitwise(int_quant(x, one, zero, bw, signed, narrow), ref_int_quant(x, one, zero, bw, signed, narrow))
+        assert_bitwise(int_quant(x, one, zero, bw, signed, narrow), ref_int_quant(x, one, zero, bw, signed, narrow))
 
 
 def test_zero_dim_x():
@@ -969,7 +891,7 @@ def test_zero_dim_x():
         s, z = torch.tensor(0.5), torch.tensor(1.0)
         y = int_quant(x, s, z, _bw(4), True, False, "dpu")
         assert y.shape == ()
-        _assert_bitwise(y, ref_int_quant(x, s, z, _bw(4), True, False, "dpu"))
+        assert_bitwise(y, ref_int_quant(x, s, z, _bw(4), True, False, "dpu"))
     with pytest.raises(RuntimeError, match=r"scale of shape \[1\] does not broadcast to x of shape \[\]"):
         int_quant(torch.tensor(1.0), torch.tensor([0.5]), torch.tensor(0.0), _bw(4), True, False)
 
@@ -988,7 +910,7 @@ def test_expanded_params_forward():
     s = torch.tensor(0.5).expand(1, 6)
     z = torch.tensor([[1.0], [0.0], [-1.0], [2.0]]).expand(4, 6)
     y = int_quant(x, s, z, _bw(3), True, False)
-    _assert_bitwise(y, ref_int_quant(x, s, z, _bw(3), True, False))
+    assert_bitwise(y, ref_int_quant(x, s, z, _bw(3), True, False))
 
 
 @pytest.mark.parametrize("which", ["scale", "zero_point"])
@@ -1011,7 +933,7 @@ def test_expanded_param_gradient(which):
 def test_expanded_per_group_scale_gradient():
     # Per-group shape [C, G, 1] built from a per-channel [C, 1, 1] by expand.
     x = _rand((3, 4, 5), torch.float64)
-    base = _pos((3, 1, 1), torch.float64).requires_grad_()
+    base = rand_pos((3, 1, 1), torch.float64).requires_grad_()
     ref_base = base.detach().clone().requires_grad_()
     z = torch.tensor(0.0, dtype=torch.float64)
     int_quant(x, base.expand(3, 4, 1), z, _bw(4), True, False).sum().backward()
@@ -1025,12 +947,12 @@ def test_opcheck_int_quant_dense_layouts(layout, requires_grad):
     base = _rand((2, 6, 3, 5), spread=2.0)
     x = base.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else base.permute(0, 2, 1, 3)
     pshape = [1, 6, 1, 1] if layout == "channels_last" else [1, 1, 6, 1]
-    s, z, bw = _pos(pshape) * 0.5, _ints(pshape), torch.tensor(3.0)
+    s, z, bw = rand_pos(pshape) * 0.5, _ints(pshape), torch.tensor(3.0)
     if requires_grad:
         x, s, z, bw = (t.clone().requires_grad_() for t in (x, s, z, bw))
     torch.library.opcheck(OPS.int_quant, (x, s, z, bw, True, False, "round", False))
     torch.library.opcheck(OPS._int_quant_with_mask, (x, s, z, bw, True, False, "round"),
-                          test_utils=_internal_utils(requires_grad))
+                          test_utils=backward_op_utils(requires_grad))
     g = _rand(x.shape, seed=3)
     torch.library.opcheck(OPS._int_quant_backward, (g, x.detach(), None, s.detach(), z.detach(), bw.detach(), True,
                                                     False, "round", False, [True, True, True, True]))

@@ -7,57 +7,11 @@ import torch
 
 import brevitas_cpp  # noqa: F401  (registers the ops)
 from brevitas_cpp.function import int_quant
+from helpers import DTYPES, MODES, assert_bitwise, ref_int_quant
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-MODES = ["round", "ceil", "floor", "round_to_zero", "dpu"]
-
-ROUND = {
-    "round": torch.round,
-    "ceil": torch.ceil,
-    "floor": torch.floor,
-    "round_to_zero": lambda u: torch.sign(u) * torch.floor(torch.abs(u)),
-    "dpu": lambda u: torch.where((u < 0.0) & (u - torch.floor(u) == 0.5), torch.ceil(u), torch.round(u)),
-}
-
-
-def ref_max_int(signed, narrow_range, bit_width):
-    if not signed and not narrow_range:
-        return (2**bit_width) - 1
-    if not signed and narrow_range:
-        return (2**bit_width) - 2
-    return (2 ** (bit_width - 1)) - 1
-
-
-def ref_min_int(signed, narrow_range, bit_width):
-    if signed and narrow_range:
-        return -(2 ** (bit_width - 1)) + 1
-    if signed and not narrow_range:
-        return -(2 ** (bit_width - 1))
-    return 0 * bit_width
-
-
-def ref_int_quant(x, scale, zero_point, bit_width, signed, narrow_range, rounding_mode, clamp_ste):
-    rnd = ROUND[rounding_mode]
-    t = x / scale
-    u = t + zero_point
-    r = u + (rnd(u) - u).detach() if u.requires_grad else rnd(u)
-    hi = ref_max_int(signed, narrow_range, bit_width)
-    lo = ref_min_int(signed, narrow_range, bit_width)
-
-    def clamp(v):
-        c = torch.where(v > hi, hi.type_as(v), v)
-        return torch.where(c < lo, lo.type_as(c), c)
-
-    if clamp_ste:
-        clamped = clamp(r).detach()
-        c = r + (clamped - r).detach() if r.requires_grad else clamped
-    else:
-        c = clamp(r)
-    return (c - zero_point) * scale
 
 
 @st.composite
@@ -135,29 +89,13 @@ def _build(c):
     return x, s.to(dtype), z.to(dtype), torch.tensor(float(b))
 
 
-_INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-             torch.bfloat16: torch.int16}
-
-
-def _assert_bitwise(y, ref, signed_zero=True):
-    """Bit-for-bit equality (so -0.0 != +0.0 when signed_zero), any NaN matching any NaN."""
-    assert y.dtype == ref.dtype and y.shape == ref.shape
-    nan = torch.isnan(y) & torch.isnan(ref)
-    if signed_zero:
-        same = (y.contiguous().view(_INT_VIEW[y.dtype]) == ref.contiguous().view(_INT_VIEW[y.dtype])) | nan
-    else:
-        same = (y == ref) | nan
-    if not bool(same.all()):
-        raise AssertionError(f"mismatch: got {y[~same][:5].tolist()}, want {ref[~same][:5].tolist()}")
-
-
 @settings(max_examples=60, deadline=None, database=None)
 @given(cases())
 def test_int_quant_matches_composition(c):
     x, s, z, bw = _build(c)
     args = (c["signed"], c["narrow"], c["mode"], c["clamp_ste"])
     y = int_quant(x, s, z, bw, *args)
-    _assert_bitwise(y, ref_int_quant(x, s, z, bw, *args))
+    assert_bitwise(y, ref_int_quant(x, s, z, bw, *args))
     assert y.stride() == torch.empty_like(x).stride()
 
     g = torch.randn(x.shape, generator=torch.Generator().manual_seed(c["seed"] + 1), dtype=torch.float64).to(x.dtype)

@@ -1,8 +1,8 @@
 """Straight-through rounding ops: round_ste, ceil_ste, floor_ste, round_to_zero_ste, dpu_round_ste.
 
-Each op is checked against the formula of the contract written out here with plain torch
-ops evaluated in the same dtype (bitwise, including the sign of zero), and its backward
-against the identity (straight-through) gradient."""
+Each op is checked against the formula of the contract written out here (round_to_zero and
+dpu_round in helpers.py) with plain torch ops evaluated in the same dtype (bitwise, including
+the sign of zero), and its backward against the identity (straight-through) gradient."""
 
 import functools
 import math
@@ -12,13 +12,19 @@ import torch
 
 import brevitas_cpp
 import brevitas_cpp.function as BF
+from helpers import (
+    BAD_DTYPES,
+    DTYPE_IDS,
+    DTYPES,
+    INT_VIEW,
+    assert_layout_kept,
+    assert_same,
+    randn_reversed_layout,
+    ref_dpu_round,
+    ref_round_to_zero,
+)
 
 OPS = torch.ops.brevitas_cpp
-
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["f32", "f64", "f16", "bf16"]
-INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
-            torch.bfloat16: torch.int16}
 
 
 # --- independent references (the contract's formulas) --------------------------------------
@@ -33,14 +39,6 @@ def ref_ceil(x):
 
 def ref_floor(x):
     return torch.floor(x)
-
-
-def ref_round_to_zero(x):
-    return torch.sign(x) * torch.floor(torch.abs(x))
-
-
-def ref_dpu_round(x):
-    return torch.where((x < 0.0) & (x - torch.floor(x) == 0.5), torch.ceil(x), torch.round(x))
 
 
 REFS = {
@@ -77,18 +75,6 @@ ENTRY_POINTS = {"op": op, "wrapper": wrapper}
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-def assert_same(actual, expected):
-    """Bitwise equality: dtype, shape, values (NaN == NaN) and the sign of zeros."""
-    assert actual.dtype == expected.dtype
-    assert actual.shape == expected.shape
-    nan = torch.isnan(expected)
-    same = torch.equal(torch.isnan(actual), nan) and torch.equal(actual[~nan], expected[~nan])
-    if not same:  # assert_close only for its report (it is slow on large tensors)
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
-        raise AssertionError("not bitwise equal")
-    assert torch.equal(torch.signbit(actual)[~nan], torch.signbit(expected)[~nan]), "sign of zero differs"
-
 
 def neighbours(values, dtype):
     """The representable values of dtype just below and just above each value (> 0)."""
@@ -240,14 +226,8 @@ def test_zero_dim(name, dtype):
 def test_layouts(name, layout):
     for dtype in (torch.float32, torch.bfloat16):
         x = layouts(dtype)[layout]
-        out = op(name)(x)
-        assert_same(out, REFS[name](x))
-        assert out.stride() == torch.empty_like(x).stride()
         # The Meta kernel gives the CPU kernel's layout.
-        xm = torch.empty_strided(x.size(), x.stride(), dtype=dtype, device="meta")
-        om = op(name)(xm)
-        assert om.device.type == "meta" and om.shape == x.shape and om.dtype == dtype
-        assert om.stride() == torch.empty_like(xm).stride()
+        assert_layout_kept(op(name), x, REFS[name](x))
 
 
 # --- autograd ----------------------------------------------------------------------------
@@ -274,7 +254,7 @@ def test_backward_is_identity(name, dtype):
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_backward_non_contiguous(name, layout):
     x = layouts(torch.float32)[layout].detach().requires_grad_()
-    g = torch.randn(x.shape[::-1]).permute(*reversed(range(x.dim())))  # another non-contiguous layout
+    g = randn_reversed_layout(x)  # another non-contiguous layout
     out = op(name)(x)
     assert_same(out.detach(), REFS[name](x.detach()))
     out.backward(g)
@@ -336,9 +316,6 @@ def test_opcheck_other_dtypes():
 
 
 # --- bad inputs --------------------------------------------------------------------------
-
-BAD_DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool, torch.complex64]
-
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("bad", BAD_DTYPES, ids=str)

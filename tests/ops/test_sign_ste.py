@@ -12,25 +12,23 @@ import torch
 
 import brevitas_cpp
 import brevitas_cpp.function as BF
+from helpers import (
+    BAD_DTYPES,
+    DTYPE_IDS,
+    DTYPES,
+    NO_AOT,
+    assert_layout_kept,
+    assert_same,
+    meta_like,
+    randn_reversed_layout,
+    ref_binary_sign,
+    ref_ternary_sign,
+)
 
 OPS = torch.ops.brevitas_cpp
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["f32", "f64", "f16", "bf16"]
-
 
 # --- independent references ---------------------------------------------------------------
-
-def ref_binary_sign(x):
-    """+1 for x >= 0 (including -0.0), -1 for x < 0; NaN stays NaN."""
-    s = torch.where(x >= 0, torch.ones_like(x), -torch.ones_like(x))
-    return torch.where(torch.isnan(x), x, s)
-
-
-def ref_ternary_sign(x):
-    """torch.sign (sign(+-0) = +0); NaN stays NaN (torch.sign(NaN) is 0)."""
-    return torch.where(torch.isnan(x), x, torch.sign(x))
-
 
 def ref_abs(x):
     return torch.abs(x)
@@ -69,18 +67,6 @@ ENTRY_POINTS = {"op": op, "wrapper": wrapper}
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-def assert_same(actual, expected):
-    """Bitwise equality: dtype, shape, values (NaN == NaN) and the sign of zeros."""
-    assert actual.dtype == expected.dtype
-    assert actual.shape == expected.shape
-    nan = torch.isnan(expected)
-    same = torch.equal(torch.isnan(actual), nan) and torch.equal(actual[~nan], expected[~nan])
-    if not same:  # assert_close only for its report
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
-        raise AssertionError("not bitwise equal")
-    assert torch.equal(torch.signbit(actual)[~nan], torch.signbit(expected)[~nan]), "sign of zero differs"
-
 
 def special_values(dtype):
     fi = torch.finfo(dtype)
@@ -219,26 +205,19 @@ def test_zero_dim(name, dtype):
 def test_layouts(name, layout):
     for dtype in (torch.float32, torch.float16):
         x = layouts(dtype)[layout]
-        out = op(name)(x)
-        assert_same(out, REFS[name](x))
-        assert out.stride() == torch.empty_like(x).stride()
-        xm = torch.empty_strided(x.size(), x.stride(), dtype=dtype, device="meta")
-        om = op(name)(xm)
-        assert om.device.type == "meta" and om.shape == x.shape and om.dtype == dtype
-        assert om.stride() == torch.empty_like(xm).stride()
+        assert_layout_kept(op(name), x, REFS[name](x))
 
 
 @pytest.mark.parametrize("layout", LAYOUT_NAMES)
 def test_abs_backward_op_layouts(layout):
     # The gradient of x takes x's layout, whatever the layout of grad.
     x = layouts(torch.float32)[layout]
-    for g in (torch.randn(x.shape), torch.randn(x.shape[::-1]).permute(*reversed(range(x.dim())))):
+    for g in (torch.randn(x.shape), randn_reversed_layout(x)):
         out = OPS._abs_binary_sign_grad_backward(g, x)
         assert_same(out, ref_abs_backward(g, x))
         assert out.stride() == torch.empty_like(x).stride()
-        xm = torch.empty_strided(x.size(), x.stride(), device="meta")
-        gm = torch.empty_strided(g.size(), g.stride(), device="meta")
-        om = OPS._abs_binary_sign_grad_backward(gm, xm)
+        xm = meta_like(x)
+        om = OPS._abs_binary_sign_grad_backward(meta_like(g), xm)
         assert om.shape == x.shape and om.stride() == torch.empty_like(xm).stride()
 
 
@@ -353,7 +332,7 @@ def test_ste_backward_is_identity(name, dtype):
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_backward_non_contiguous(name, layout):
     x = layouts(torch.float32)[layout].detach().requires_grad_()
-    g = torch.randn(x.shape[::-1]).permute(*reversed(range(x.dim())))
+    g = randn_reversed_layout(x)
     out = op(name)(x)
     assert_same(out.detach(), REFS[name](x.detach()))
     out.backward(g)
@@ -404,7 +383,7 @@ def test_opcheck_abs_backward_requires_grad(layout):
     # Everything but the AOT backward passes; the backward op is deliberately not
     # differentiable, which test_aot_dispatch_dynamic reports.
     torch.library.opcheck(OPS._abs_binary_sign_grad_backward, (g, x),
-                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+                          test_utils=NO_AOT)
     with pytest.raises(Exception, match="_abs_binary_sign_grad_backward is not implemented"):
         torch.library.opcheck(OPS._abs_binary_sign_grad_backward, (g, x), test_utils="test_aot_dispatch_dynamic")
 
@@ -418,9 +397,6 @@ def test_opcheck_other_dtypes():
 
 
 # --- bad inputs --------------------------------------------------------------------------
-
-BAD_DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool, torch.complex64]
-
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("bad", BAD_DTYPES, ids=str)

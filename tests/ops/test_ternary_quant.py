@@ -12,71 +12,39 @@ import torch
 
 import brevitas_cpp  # noqa: F401  (registers the ops)
 from brevitas_cpp.function import ternary_quant
+from helpers import (
+    DTYPES,
+    MASKS2,
+    SCALE_SHAPES,
+    assert_bitwise,
+    backward_op_utils,
+    grads,
+    param_shape,
+    quant_layouts,
+    quant_opcheck_inputs,
+    rand,
+    rand_pos,
+    ref_sign_ste,
+    ref_ternary_sign,
+)
 
 OPS = torch.ops.brevitas_cpp
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 THRESHOLDS = [0.0, 0.5, 0.3, 1.0, 2.0]
-
-
-def ref_ternary_sign(x):
-    return torch.where(torch.isnan(x), x, torch.sign(x))  # contract: NaN propagates
-
-
-def ref_sign_ste(x):
-    # Forward: exactly the sign; backward: identity.
-    return ref_ternary_sign(x).detach() + (x - x.detach())
 
 
 def ref_ternary_quant(x, s, threshold):
     mask = x.abs() > threshold * s
-    sgn = ref_sign_ste(x) if x.requires_grad else ref_ternary_sign(x)
-    y = mask.to(x.dtype) * sgn
+    y = mask.to(x.dtype) * ref_sign_ste(ref_ternary_sign, x)
     return y * s
-
-
-_INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-             torch.bfloat16: torch.int16}
-
-
-def _assert_bitwise(y, ref, signed_zero=True):
-    """Bit-for-bit equality (so -0.0 != +0.0 when signed_zero), any NaN matching any NaN."""
-    assert y.dtype == ref.dtype and y.shape == ref.shape
-    nan = torch.isnan(y) & torch.isnan(ref)
-    if signed_zero:
-        same = (y.contiguous().view(_INT_VIEW[y.dtype]) == ref.contiguous().view(_INT_VIEW[y.dtype])) | nan
-    else:
-        same = (y == ref) | nan
-    if not bool(same.all()):
-        raise AssertionError(f"mismatch: got {y[~same][:5].tolist()}, want {ref[~same][:5].tolist()}")
-
-
-def _rand(shape, dtype=torch.float32, seed=0, spread=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=g, dtype=torch.float64) * spread).to(dtype)
-
-
-def _pos(shape, dtype=torch.float32, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.rand(shape, generator=g, dtype=torch.float64) * 0.9 + 0.1).to(dtype)
-
-
-SCALE_SHAPES = {
-    "per_tensor_0d": ((4, 3, 5), ()),
-    "per_tensor_1": ((4, 3, 5), (1,)),
-    "dim0": ((4, 3, 2, 2), (4, 1, 1, 1)),
-    "dim1": ((2, 4, 3, 3), (1, 4, 1, 1)),
-    "last": ((6, 7), (1, 7)),
-    "per_group": ((3, 4, 5), (3, 4, 1)),
-}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", list(SCALE_SHAPES))
 def test_forward_bitwise(dtype, case):
     xs, ss = SCALE_SHAPES[case]
-    x, s = _rand(xs, dtype), _pos(ss, dtype)
+    x, s = rand(xs, dtype), rand_pos(ss, dtype)
     for t in THRESHOLDS:
-        _assert_bitwise(ternary_quant(x, s, t), ref_ternary_quant(x, s, t))
+        assert_bitwise(ternary_quant(x, s, t), ref_ternary_quant(x, s, t))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -85,17 +53,17 @@ def test_forward_threshold_ties_and_specials(dtype):
     x = torch.tensor([0.5, -0.5, 0.5000001, 0.75, -0.75, 0.0, -0.0, 0.25, float("inf"), float("-inf"), 1e4],
                      dtype=dtype)
     y = ternary_quant(x, s, 0.5)
-    _assert_bitwise(y, ref_ternary_quant(x, s, 0.5))
+    assert_bitwise(y, ref_ternary_quant(x, s, 0.5))
     assert y[0] == 0 and y[1] == 0  # |x| == threshold * s: strictly greater is needed
     assert y[3] == 1 and y[4] == -1 and y[5] == 0 and y[6] == 0 and y[8] == 1 and y[9] == -1
     y0 = ternary_quant(x, s, 0.0)
-    _assert_bitwise(y0, ref_ternary_quant(x, s, 0.0))
+    assert_bitwise(y0, ref_ternary_quant(x, s, 0.0))
     assert y0[5] == 0 and y0[0] == 1
     # A scaled threshold that is inexact in the dtype: x right at threshold * s as the dtype rounds it.
     s2 = torch.tensor(0.7, dtype=dtype)
     edge = (0.3 * s2).reshape(1)
     xe = torch.cat([edge, -edge, torch.nextafter(edge.float(), torch.tensor(1.0)).to(dtype)])
-    _assert_bitwise(ternary_quant(xe, s2, 0.3), ref_ternary_quant(xe, s2, 0.3))
+    assert_bitwise(ternary_quant(xe, s2, 0.3), ref_ternary_quant(xe, s2, 0.3))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -103,7 +71,7 @@ def test_nan_propagates(dtype):
     x = torch.tensor([float("nan"), 1.0, -1.0, 0.01, float("nan")], dtype=dtype)
     y = ternary_quant(x, torch.tensor(0.5, dtype=dtype), 0.5)
     assert torch.isnan(y[[0, 4]]).all() and not torch.isnan(y[[1, 2, 3]]).any()
-    _assert_bitwise(y, ref_ternary_quant(x, torch.tensor(0.5, dtype=dtype), 0.5))
+    assert_bitwise(y, ref_ternary_quant(x, torch.tensor(0.5, dtype=dtype), 0.5))
 
 
 def test_empty():
@@ -115,50 +83,30 @@ def test_empty():
     assert torch.equal(s.grad, torch.zeros(3, 1, 1))
 
 
-def _layouts():
-    base = _rand((4, 6, 5, 3))
-    return {
-        "channels_last": base.contiguous(memory_format=torch.channels_last),
-        "permuted": base.permute(2, 0, 3, 1),
-        "transposed": base.transpose(0, 1),
-        "sliced": base[:, 1:5:2, :, 1:],
-        "expanded": _rand((1, 6, 5, 1)).expand(4, 6, 5, 3),
-    }
-
-
-@pytest.mark.parametrize("layout", list(_layouts()))
+@pytest.mark.parametrize("layout", list(quant_layouts()))
 @pytest.mark.parametrize("param_dim", [None, 0, 1, 3])
 def test_layouts(layout, param_dim):
-    x = _layouts()[layout]
-    pshape = (1,) if param_dim is None else [x.shape[d] if d == param_dim else 1 for d in range(x.dim())]
-    s = _pos(pshape)
+    x = quant_layouts()[layout]
+    s = rand_pos(param_shape(x, param_dim))
     y = ternary_quant(x, s, 0.5)
-    _assert_bitwise(y, ref_ternary_quant(x, s, 0.5))
+    assert_bitwise(y, ref_ternary_quant(x, s, 0.5))
     assert y.stride() == torch.empty_like(x).stride()
 
 
 # ---- gradients -------------------------------------------------------------------------------
 
 
-def _grads(fn, x, s, g, which):
-    xl = x.detach().clone().requires_grad_(which[0])
-    sl = s.detach().clone().requires_grad_(which[1])
-    y = fn(xl, sl)
-    y.backward(g)
-    return y.detach(), xl.grad, sl.grad
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("case", list(SCALE_SHAPES))
 def test_gradients_vs_composition(dtype, case):
     xs, ss = SCALE_SHAPES[case]
-    x, s, g = _rand(xs, dtype), _pos(ss, dtype), _rand(xs, dtype, seed=3)
+    x, s, g = rand(xs, dtype), rand_pos(ss, dtype), rand(xs, dtype, seed=3)
     tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
     for t in THRESHOLDS:
         for which in [(True, True), (True, False), (False, True)]:
-            y, gx, gs = _grads(lambda a, b: ternary_quant(a, b, t), x, s, g, which)
-            yr, rx, rs = _grads(lambda a, b: ref_ternary_quant(a, b, t), x, s, g, which)
-            _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+            y, (gx, gs) = grads(lambda a, b: ternary_quant(a, b, t), (x, s), g, which)
+            yr, (rx, rs) = grads(lambda a, b: ref_ternary_quant(a, b, t), (x, s), g, which)
+            assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
             if which[0]:
                 assert torch.equal(gx, rx)
             else:
@@ -172,22 +120,22 @@ def test_gradients_vs_composition(dtype, case):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gradients_reduced_precision(dtype):
-    x, s, g = _rand((2, 4, 3, 3), dtype), _pos((1, 4, 1, 1), dtype), _rand((2, 4, 3, 3), dtype, seed=3)
-    y, gx, gs = _grads(lambda a, b: ternary_quant(a, b, 0.5), x, s, g, (True, True))
-    yr, rx, rs = _grads(lambda a, b: ref_ternary_quant(a, b, 0.5), x, s, g, (True, True))
-    _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+    x, s, g = rand((2, 4, 3, 3), dtype), rand_pos((1, 4, 1, 1), dtype), rand((2, 4, 3, 3), dtype, seed=3)
+    y, (gx, gs) = grads(lambda a, b: ternary_quant(a, b, 0.5), (x, s), g, (True, True))
+    yr, (rx, rs) = grads(lambda a, b: ref_ternary_quant(a, b, 0.5), (x, s), g, (True, True))
+    assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
     assert torch.equal(gx, rx)
     torch.testing.assert_close(gs, rs, rtol=2e-2, atol=5e-2)
 
 
 def test_non_contiguous_gradients():
-    base = _rand((4, 6, 5))
-    g = _rand((5, 6, 4), seed=7).permute(2, 1, 0)
+    base = rand((4, 6, 5))
+    g = rand((5, 6, 4), seed=7).permute(2, 1, 0)
     for x in [base.transpose(0, 2).contiguous().transpose(0, 2), base]:
-        s = _pos((1, 6, 1))
-        y, gx, gs = _grads(lambda a, b: ternary_quant(a, b, 0.4), x, s, g, (True, True))
-        yr, rx, rs = _grads(lambda a, b: ref_ternary_quant(a, b, 0.4), x, s, g, (True, True))
-        _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+        s = rand_pos((1, 6, 1))
+        y, (gx, gs) = grads(lambda a, b: ternary_quant(a, b, 0.4), (x, s), g, (True, True))
+        yr, (rx, rs) = grads(lambda a, b: ref_ternary_quant(a, b, 0.4), (x, s), g, (True, True))
+        assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
         assert torch.equal(gx, rx)
         torch.testing.assert_close(gs, rs, rtol=1e-5, atol=1e-5)
 
@@ -203,10 +151,10 @@ def test_gradcheck_in_scale_away_from_threshold():
     assert torch.autograd.gradcheck(lambda s_: ternary_quant(x, s_, 0.5), (s,))
 
 
-@pytest.mark.parametrize("output_mask", [[True, False], [False, True], [True, True], [False, False]], ids=str)
+@pytest.mark.parametrize("output_mask", MASKS2, ids=str)
 def test_backward_op(output_mask):
-    x, s, g = _rand((3, 4, 5), torch.float64), _pos((1, 4, 1), torch.float64), _rand((3, 4, 5), torch.float64, seed=4)
-    _, rx, rs = _grads(lambda a, b: ref_ternary_quant(a, b, 0.5), x, s, g, (True, True))
+    x, s, g = rand((3, 4, 5), torch.float64), rand_pos((1, 4, 1), torch.float64), rand((3, 4, 5), torch.float64, seed=4)
+    _, (rx, rs) = grads(lambda a, b: ref_ternary_quant(a, b, 0.5), (x, s), g, (True, True))
     gx, gs = OPS._ternary_quant_backward(g, x, s, 0.5, output_mask)
     if output_mask[0]:
         assert torch.equal(gx, rx)
@@ -219,9 +167,9 @@ def test_backward_op(output_mask):
 
 
 def test_backward_op_not_differentiable():
-    x = _rand((3, 4))
-    g = _rand((3, 4), seed=2).requires_grad_()
-    gx, _ = OPS._ternary_quant_backward(g, x, _pos(()), 0.5, [True, False])
+    x = rand((3, 4))
+    g = rand((3, 4), seed=2).requires_grad_()
+    gx, _ = OPS._ternary_quant_backward(g, x, rand_pos(()), 0.5, [True, False])
     with pytest.raises(RuntimeError, match="not implemented"):
         gx.sum().backward()
 
@@ -229,18 +177,10 @@ def test_backward_op_not_differentiable():
 # ---- opcheck ---------------------------------------------------------------------------------
 
 
-def _opcheck_xs(noncontig, requires_grad):
-    x = _rand((4, 12, 5))[:, ::2, :] if noncontig else _rand((4, 6, 5))
-    s = _pos((1, 6, 1))
-    if requires_grad:
-        x, s = x.clone().requires_grad_(), s.clone().requires_grad_()
-    return x, s
-
-
 @pytest.mark.parametrize("noncontig", [False, True])
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck_forward(noncontig, requires_grad):
-    x, s = _opcheck_xs(noncontig, requires_grad)
+    x, s = quant_opcheck_inputs(noncontig, requires_grad)
     torch.library.opcheck(OPS.ternary_quant, (x, s, 0.5))
     torch.library.opcheck(OPS.ternary_quant, (x, s, 0.0))
 
@@ -248,16 +188,14 @@ def test_opcheck_forward(noncontig, requires_grad):
 @pytest.mark.parametrize("noncontig", [False, True])
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck_backward(noncontig, requires_grad):
-    x, s = _opcheck_xs(noncontig, False)
-    g = _rand(x.shape, seed=5)
+    x, s = quant_opcheck_inputs(noncontig, False)
+    g = rand(x.shape, seed=5)
     if noncontig:
-        g = _rand((x.shape[2], x.shape[1], x.shape[0]), seed=5).permute(2, 1, 0)
+        g = rand((x.shape[2], x.shape[1], x.shape[0]), seed=5).permute(2, 1, 0)
     if requires_grad:
         g = g.clone().requires_grad_()
     # Deliberately not differentiable: without test_aot_dispatch_dynamic when inputs require grad.
-    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
-    if not requires_grad:
-        utils += ("test_aot_dispatch_dynamic",)
+    utils = backward_op_utils(requires_grad)
     for m in [[True, False], [False, True], [True, True]]:
         torch.library.opcheck(OPS._ternary_quant_backward, (g, x, s, 0.5, m), test_utils=utils)
 
@@ -268,7 +206,7 @@ def test_opcheck_backward(noncontig, requires_grad):
 @pytest.mark.parametrize("threshold,text", [(-0.5, "-0.5"), (float("inf"), "inf"), (float("nan"), "nan"),
                                             (-float("inf"), "-inf")])
 def test_bad_threshold(threshold, text):
-    x, s = _rand((2, 5)), torch.tensor(0.5)
+    x, s = rand((2, 5)), torch.tensor(0.5)
     with pytest.raises(RuntimeError, match=rf"ternary_quant: threshold must be finite and >= 0.*got {text}\b"):
         ternary_quant(x, s, threshold)
     with pytest.raises(RuntimeError, match=r"_ternary_quant_backward: threshold must be finite and >= 0"):
@@ -276,7 +214,7 @@ def test_bad_threshold(threshold, text):
 
 
 def test_bad_scale_and_x():
-    x = _rand((2, 5))
+    x = rand((2, 5))
     with pytest.raises(RuntimeError, match=r"ternary_quant: x must be a floating-point"):
         ternary_quant(torch.ones(2, 5, dtype=torch.int64), torch.tensor(1), 0.5)
     with pytest.raises(RuntimeError, match=r"ternary_quant: scale must have the dtype of x"):
@@ -297,22 +235,22 @@ def test_bad_scale_and_x():
 @pytest.mark.parametrize("xs,ss", [((3, 40001), (3, 1)), ((4, 20003), (1, 20003)), ((64, 40, 33), (64, 40, 1))])
 def test_large_tensors(xs, ss):
     """Several parallel chunks, runs of one scale split across chunks."""
-    x, s, g = _rand(xs, torch.float64), _pos(ss, torch.float64), _rand(xs, torch.float64, seed=3)
-    y, gx, gs = _grads(lambda a, b: ternary_quant(a, b, 0.5), x, s, g, (True, True))
-    yr, rx, rs = _grads(lambda a, b: ref_ternary_quant(a, b, 0.5), x, s, g, (True, True))
-    _assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
+    x, s, g = rand(xs, torch.float64), rand_pos(ss, torch.float64), rand(xs, torch.float64, seed=3)
+    y, (gx, gs) = grads(lambda a, b: ternary_quant(a, b, 0.5), (x, s), g, (True, True))
+    yr, (rx, rs) = grads(lambda a, b: ref_ternary_quant(a, b, 0.5), (x, s), g, (True, True))
+    assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
     assert torch.equal(gx, rx)
     torch.testing.assert_close(gs, rs, rtol=1e-9, atol=1e-8)
 
 
 def test_expanded_scale_forward():
-    x = _rand((4, 6))
+    x = rand((4, 6))
     s = torch.tensor(0.5).expand(1, 6)
-    _assert_bitwise(ternary_quant(x, s, 0.5), ref_ternary_quant(x, s, 0.5))
+    assert_bitwise(ternary_quant(x, s, 0.5), ref_ternary_quant(x, s, 0.5))
 
 
 def test_expanded_scale_gradient():
-    x = _rand((4, 6), torch.float64)
+    x = rand((4, 6), torch.float64)
     base = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
     ref_base = base.detach().clone().requires_grad_()
     ternary_quant(x, base.expand(1, 6), 0.5).sum().backward()

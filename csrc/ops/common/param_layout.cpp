@@ -8,6 +8,13 @@
 
 namespace brevitas_cpp {
 
+namespace {
+// Shortest run of one parameter value worth walking as its own run (a 512-bit float vector).
+constexpr int64_t kMinRunLength = 16;
+// Largest span of gathered parameters (per parameter) that folding may create.
+constexpr int64_t kMaxFoldedSpan = int64_t(1) << 20;
+}  // namespace
+
 at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype) {
   return at::empty_like(x, x.options().dtype(dtype), at::MemoryFormat::Preserve);
 }
@@ -55,6 +62,16 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
   }
 
   const int64_t numel = dense.numel();
+  // Runs shorter than a vector (per-channel 3x3 kernels: 9) would leave every vector
+  // partly empty; folding the trailing dims into the span gives full vectors whose
+  // parameters are loaded per lane, at the cost of K * inner gathered parameters.
+  if (first >= 0) {
+    int64_t inner = 1;
+    for (int64_t j = last + 1; j < static_cast<int64_t>(order.size()); ++j) inner *= sizes[order[j]];
+    int64_t span = 1;
+    for (int64_t j = first; j <= last; ++j) span *= sizes[order[j]];
+    if (inner > 1 && inner < kMinRunLength && span * inner <= kMaxFoldedSpan) last = static_cast<int64_t>(order.size()) - 1;
+  }
   if (first < 0) {  // Every parameter is a single value.
     L.outer = 1;
     L.K = 1;

@@ -8,9 +8,16 @@
 #include "ops/common/param_layout.h"
 
 #include <ATen/Parallel.h>
+#include <c10/macros/Macros.h>
 #include <ATen/cpu/vec/vec.h>
 
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -98,7 +105,7 @@ std::vector<double> chunked_reduce(int64_t n, int64_t width, const Body& body) {
 
 // Adds the lanes of v (first `count`) into acc[0..count) or, when !strided, all into acc[0].
 template <typename T>
-inline void accumulate_lanes(const Vec<T>& v, int64_t count, bool strided, double* acc) {
+C10_ALWAYS_INLINE void accumulate_lanes(const Vec<T>& v, int64_t count, bool strided, double* acc) {
   T tmp[Vec<T>::size()];
   v.store(tmp, count);
   if (strided) {
@@ -121,7 +128,7 @@ class RunSum {
   RunSum& operator=(const RunSum&) = delete;
   ~RunSum() { flush(); }
 
-  void add(int64_t j, const Vec<T>& v, int64_t count) {
+  C10_ALWAYS_INLINE void add(int64_t j, const Vec<T>& v, int64_t count) {
     if (strided_ || !kVectorSum) {
       accumulate_lanes(v, count, strided_, acc_ + (strided_ ? j : 0));
       return;
@@ -146,22 +153,91 @@ class RunSum {
   int blocks_ = 0;
 };
 
-// Writes, for each of the first `count` lanes, whether the lane of `flags` is clear (a
-// comparison result: all bits set or none) as a bool.
+// ---- bool masks <-> comparison results ------------------------------------------------
+// A comparison result has all bits set in true lanes. Masks saved for backward are one bool
+// byte per element; these convert between the two through a bit per lane.
+
+// Bit j set where lane j of `flags` is set.
 template <typename T>
-inline void store_clear_lanes(const Vec<T>& flags, bool* out, int64_t count) {
+inline uint64_t lane_bits(const Vec<T>& flags) {
+#if defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<T, float>) return _mm512_movepi32_mask(_mm512_castps_si512(flags));
+  if constexpr (std::is_same_v<T, double>) return _mm512_movepi64_mask(_mm512_castpd_si512(flags));
+#elif defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, float>) return static_cast<uint32_t>(_mm256_movemask_ps(flags));
+  if constexpr (std::is_same_v<T, double>) return static_cast<uint32_t>(_mm256_movemask_pd(flags));
+#endif
   T tmp[Vec<T>::size()];
   flags.store(tmp);
   const auto* bytes = reinterpret_cast<const unsigned char*>(tmp);
-  for (int64_t j = 0; j < count; ++j) out[j] = bytes[j * sizeof(T)] == 0;
+  uint64_t bits = 0;
+  for (int64_t j = 0; j < Vec<T>::size(); ++j) bits |= uint64_t(bytes[j * sizeof(T)] != 0) << j;
+  return bits;
+}
+
+// A comparison result with lane j set where bit j of `bits` is.
+template <typename T>
+inline Vec<T> lanes_from_bits(uint64_t bits) {
+#if defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<T, float>) return _mm512_castsi512_ps(_mm512_movm_epi32(static_cast<__mmask16>(bits)));
+  if constexpr (std::is_same_v<T, double>) return _mm512_castsi512_pd(_mm512_movm_epi64(static_cast<__mmask8>(bits)));
+#elif defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256i pow2 = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i b = _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(bits)), pow2);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, pow2));
+  }
+  if constexpr (std::is_same_v<T, double>) {
+    const __m256i pow2 = _mm256_setr_epi64x(1, 2, 4, 8);
+    const __m256i b = _mm256_and_si256(_mm256_set1_epi64x(static_cast<int64_t>(bits)), pow2);
+    return _mm256_castsi256_pd(_mm256_cmpeq_epi64(b, pow2));
+  }
+#endif
+  T tmp[Vec<T>::size()];
+  for (int64_t j = 0; j < Vec<T>::size(); ++j) tmp[j] = (bits >> j) & 1 ? T(1) : T(0);
+  return Vec<T>(Vec<T>::loadu(tmp) == Vec<T>(T(1)));
+}
+
+// Bytes 0/1 of bit j of `bits`, 8 lanes at a time (bytes_of_bits[b] holds the 8 bytes of b).
+struct ByteTable {
+  uint64_t bytes[256];
+  constexpr ByteTable() : bytes() {
+    for (int b = 0; b < 256; ++b)
+      for (int j = 0; j < 8; ++j) bytes[b] |= uint64_t((b >> j) & 1) << (8 * j);
+  }
+};
+inline constexpr ByteTable kBytesOfBits{};
+
+// Writes `count` bools: out[j] = bit j of bits.
+inline void store_bits_as_bools(uint64_t bits, bool* out, int64_t count) {
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) std::memcpy(out + j, &kBytesOfBits.bytes[(bits >> j) & 0xff], 8);
+  for (; j < count; ++j) out[j] = (bits >> j) & 1;
+}
+
+// Bit j set where in[j] is true, for `count` (<= 64) bools holding 0 or 1.
+inline uint64_t load_bools_as_bits(const bool* in, int64_t count) {
+  uint64_t bits = 0;
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) {
+    uint64_t b;
+    std::memcpy(&b, in + j, 8);
+    bits |= ((b * 0x0102040810204080ULL) >> 56) << j;  // gathers the low bit of each byte
+  }
+  for (; j < count; ++j) bits |= uint64_t(in[j]) << j;
+  return bits;
+}
+
+// out[j] = lane j of `flags` is clear, for the first `count` lanes.
+template <typename T>
+inline void store_clear_lanes(const Vec<T>& flags, bool* out, int64_t count) {
+  store_bits_as_bools(~lane_bits<T>(flags), out, count);
 }
 
 // A comparison-style mask (all bits set where in[j] is true) from `count` bools.
 template <typename T>
 inline Vec<T> load_bool_mask(const bool* in, int64_t count) {
-  T tmp[Vec<T>::size()] = {};
-  for (int64_t j = 0; j < count; ++j) tmp[j] = in[j] ? T(1) : T(0);
-  return Vec<T>(Vec<T>::loadu(tmp) == Vec<T>(T(1)));
+  return lanes_from_bits<T>(load_bools_as_bits(in, count));
 }
 
 }  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

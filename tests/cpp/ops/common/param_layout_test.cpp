@@ -43,10 +43,10 @@ TEST(ParamLayout, PerTensorPerChannelDim0AndDim1) {
     EXPECT_TRUE(bitwise_equal(L.params[0], at::full({1}, 0.5)));
   }
   {  // PerChannelDim0
-    const at::Tensor x = at::empty({4, 3, 2, 2});
+    const at::Tensor x = at::empty({4, 3, 4, 4});
     const at::Tensor s = at::arange(1, 5, at::kFloat).view({4, 1, 1, 1});
     const ParamLayout L = make_param_layout(x, {s}, at::kFloat);
-    EXPECT_TRUE(has_layout(L, {1, 4, 12}));
+    EXPECT_TRUE(has_layout(L, {1, 4, 48}));
     EXPECT_EQ(L.span_dims, (std::vector<int64_t>{0}));
     EXPECT_EQ(L.span_sizes, (std::vector<int64_t>{4}));
     EXPECT_TRUE(bitwise_equal(L.params[0], s.flatten()));
@@ -99,12 +99,12 @@ TEST(ParamLayout, LastDimAndPermuted) {
 }
 
 TEST(ParamLayout, SeveralDimsSeveralParamsAndSizeOneDims) {
-  const at::Tensor x = at::empty({2, 3, 4, 5});
+  const at::Tensor x = at::empty({2, 3, 4, 16});
   // One parameter over dims 1 and 2 (per group), another per tensor.
   const at::Tensor s = at::arange(12, at::kDouble).view({1, 3, 4, 1});
   const at::Tensor z = at::full({}, 7.0, at::kDouble);
   const ParamLayout L = make_param_layout(x, {s, z}, at::kFloat);
-  EXPECT_TRUE(has_layout(L, {2, 12, 5}));
+  EXPECT_TRUE(has_layout(L, {2, 12, 16}));
   EXPECT_EQ(L.span_dims, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(L.span_sizes, (std::vector<int64_t>{3, 4}));
   ASSERT_EQ(L.params.size(), 2u);
@@ -116,19 +116,19 @@ TEST(ParamLayout, SeveralDimsSeveralParamsAndSizeOneDims) {
   const at::Tensor a = at::arange(2, at::kFloat).view({2, 1, 1, 1});
   const at::Tensor b = at::arange(3, at::kFloat).view({1, 3, 1, 1});
   const ParamLayout Lab = make_param_layout(x, {a, b}, at::kFloat);
-  EXPECT_TRUE(has_layout(Lab, {1, 6, 20}));
+  EXPECT_TRUE(has_layout(Lab, {1, 6, 64}));
   EXPECT_TRUE(bitwise_equal(param_through_layout(Lab, 0, x), a.expand(x.sizes()).contiguous()));
   EXPECT_TRUE(bitwise_equal(param_through_layout(Lab, 1, x), b.expand(x.sizes()).contiguous()));
   // Dims 0 and 3 vary: the block spans 0..3 (everything).
-  const at::Tensor c = at::arange(5, at::kFloat);
+  const at::Tensor c = at::arange(16, at::kFloat);
   const ParamLayout Lac = make_param_layout(x, {a, c}, at::kFloat);
-  EXPECT_TRUE(has_layout(Lac, {1, 120, 1}));
+  EXPECT_TRUE(has_layout(Lac, {1, 384, 1}));
   EXPECT_TRUE(bitwise_equal(param_through_layout(Lac, 1, x), c.expand(x.sizes()).contiguous()));
   {  // SizeOneDimsAreSkipped
-    const at::Tensor x = at::empty({1, 3, 1, 5});
+    const at::Tensor x = at::empty({1, 3, 1, 16});
     const at::Tensor s = at::arange(1, 4, at::kFloat).view({1, 3, 1, 1});
     const ParamLayout L = make_param_layout(x, {s}, at::kFloat);
-    EXPECT_TRUE(has_layout(L, {1, 3, 5}));
+    EXPECT_TRUE(has_layout(L, {1, 3, 16}));
     EXPECT_EQ(L.span_dims, (std::vector<int64_t>{1}));
   }
 }
@@ -136,14 +136,29 @@ TEST(ParamLayout, SeveralDimsSeveralParamsAndSizeOneDims) {
 TEST(ParamLayout, ExpandedParameterKeepsItsShape) {
   // An expanded parameter (stride 0) still varies along its dims as far as the layout and its
   // gradient are concerned: K follows the sizes, fold_to returns the full parameter shape.
-  const at::Tensor x = at::empty({4, 3, 2, 2});
+  const at::Tensor x = at::empty({4, 3, 4, 4});
   const at::Tensor s = at::full({1, 1, 1, 1}, 0.5).expand({4, 1, 1, 1});
   ASSERT_EQ(s.stride(0), 0);
   const ParamLayout L = make_param_layout(x, {s}, at::kFloat);
-  EXPECT_TRUE(has_layout(L, {1, 4, 12}));
+  EXPECT_TRUE(has_layout(L, {1, 4, 48}));
   EXPECT_TRUE(bitwise_equal(L.params[0], at::full({4}, 0.5f)));
   const std::vector<double> acc{1., 2., 3., 4.};
   EXPECT_TRUE(bitwise_equal(L.fold_to(acc.data(), s), test::values({1., 2., 3., 4.}).view({4, 1, 1, 1})));
+}
+
+TEST(ParamLayout, ShortRunsFoldTheInnerDimsIntoTheSpan) {
+  // Per output channel of a depthwise 3x3 conv weight: runs of 9 would leave vectors partly empty,
+  // so the trailing dims join the span (K = 4 * 9, inner = 1), the parameter gathered per element.
+  const at::Tensor x = at::empty({4, 1, 3, 3});
+  const at::Tensor s = at::arange(1, 5, at::kFloat).view({4, 1, 1, 1});
+  const ParamLayout L = make_param_layout(x, {s}, at::kFloat);
+  EXPECT_TRUE(has_layout(L, {1, 36, 1}));
+  EXPECT_EQ(L.span_dims, (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_TRUE(bitwise_equal(param_through_layout(L, 0, x), s.expand(x.sizes()).contiguous()));
+  // The gradient still folds back to the parameter's own shape: sums over each channel.
+  const at::Tensor acc_k = at::arange(36, at::kDouble);
+  EXPECT_TRUE(bitwise_equal(L.fold_to(acc_k.const_data_ptr<double>(), s),
+                            acc_k.view({4, 9}).sum(1).to(at::kFloat).view({4, 1, 1, 1})));
 }
 
 TEST(ParamLayout, FoldTo) {

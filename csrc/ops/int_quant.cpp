@@ -44,6 +44,28 @@ void check_int_quant_args(const at::Tensor& x, const at::Tensor& scale, const at
   check_same_device(x, {{&scale, "scale"}, {&zero_point, "zero_point"}, {&bit_width, "bit_width"}}, op);
   parse_rounding_mode(rounding_mode, op);
 }
+
+const at::Tensor& check_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& x,
+                                                const std::optional<at::Tensor>& mask, const at::Tensor& scale,
+                                                const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                                c10::string_view rounding_mode) {
+  constexpr const char* op = "_int_quant_backward";
+  const bool has_x = x.has_value() && x->defined();
+  const bool has_mask = mask.has_value() && mask->defined();
+  check_int_quant_args(has_x ? *x : grad, scale, zero_point, bit_width, rounding_mode, op);
+  if (has_x) check_same_dtype_as_input(grad, *x, op, "grad");
+  const at::Tensor& ref = has_x ? *x : (has_mask ? *mask : grad);
+  TORCH_CHECK(grad.sym_sizes() == ref.sym_sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sym_sizes(),
+              " must have the shape of x ", ref.sym_sizes());
+  if (has_mask) {
+    TORCH_CHECK(mask->scalar_type() == at::kBool, "brevitas_cpp::", op, ": mask must be a bool tensor, got ",
+                mask->scalar_type());
+    TORCH_CHECK(mask->sym_sizes() == grad.sym_sizes(), "brevitas_cpp::", op, ": mask of shape ", mask->sym_sizes(),
+                " must have the shape of grad ", grad.sym_sizes());
+    check_same_device(grad, {{&*mask, "mask"}}, op);
+  }
+  return ref;
+}
 }  // namespace detail
 
 TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {

@@ -37,6 +37,11 @@ namespace detail {
 // Shape, dtype and device checks shared by the CPU and Meta kernels.
 void check_int_quant_args(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                           const at::Tensor& bit_width, c10::string_view rounding_mode, const char* op);
+// Checks of _int_quant_backward's arguments; returns the tensor giving dx's layout.
+const at::Tensor& check_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& x,
+                                                const std::optional<at::Tensor>& mask, const at::Tensor& scale,
+                                                const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                                c10::string_view rounding_mode);
 }  // namespace detail
 
 }  // namespace brevitas_cpp::ops

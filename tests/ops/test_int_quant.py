@@ -956,3 +956,36 @@ def test_opcheck_int_quant_dense_layouts(layout, requires_grad):
     g = _rand(x.shape, seed=3)
     torch.library.opcheck(OPS._int_quant_backward, (g, x.detach(), None, s.detach(), z.detach(), bw.detach(), True,
                                                     False, "round", False, [True, True, True, True]))
+
+
+# ---- _int_quant_backward's own argument checks -------------------------------------------------
+
+
+def _backward_args(**overrides):
+    x = torch.tensor([-10.0, -1.2, 0.3, 10.0])
+    args = dict(grad=torch.ones(4), x=x, mask=None, scale=torch.tensor(1.0), zero_point=torch.tensor(0.0),
+                bit_width=torch.tensor(3.0), signed=True, narrow_range=False, rounding_mode="round",
+                clamp_ste=False, output_mask=[True, False, False, False])
+    args.update(overrides)
+    return list(args.values())
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_int_quant_backward_rejects_grad_of_another_dtype(device):
+    args = _backward_args(grad=torch.ones(4, dtype=torch.float64))
+    args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(RuntimeError, match=r"_int_quant_backward: grad must have the dtype of x"):
+        OPS._int_quant_backward(*args)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_int_quant_backward_rejects_bad_mask(device):
+    def on(args):
+        return [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+
+    with pytest.raises(RuntimeError, match=r"mask must be a bool tensor, got Float"):
+        OPS._int_quant_backward(*on(_backward_args(x=None, mask=torch.ones(4))))
+    with pytest.raises(RuntimeError, match=r"mask of shape \[3\] must have the shape of grad \[4\]"):
+        OPS._int_quant_backward(*on(_backward_args(mask=torch.ones(3, dtype=torch.bool))))
+    with pytest.raises(RuntimeError, match=r"grad of shape \[5\] must have the shape of x \[4\]"):
+        OPS._int_quant_backward(*on(_backward_args(grad=torch.ones(5))))

@@ -193,10 +193,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
   constexpr const char* op = "_int_quant_backward";
   const bool has_x = x_opt.has_value() && x_opt->defined();
   const bool has_mask = mask_opt.has_value() && mask_opt->defined();
-  const at::Tensor& ref = has_x ? *x_opt : (has_mask ? *mask_opt : grad);
-  ops::detail::check_int_quant_args(has_x ? *x_opt : grad, scale, zero_point, bit_width, rounding_mode, op);
-  TORCH_CHECK(grad.sizes() == ref.sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sizes(),
-              " must have the shape of x ", ref.sizes());
+  const at::Tensor& ref =
+      ops::detail::check_int_quant_backward_args(grad, x_opt, mask_opt, scale, zero_point, bit_width, rounding_mode);
   const bool want_params = output_mask[1] || output_mask[2] || (output_mask[3] && !clamp_ste);
   TORCH_CHECK(has_x || !want_params, "brevitas_cpp::", op,
               ": gradients of scale, zero_point or bit_width need x; got x = None");

@@ -103,18 +103,52 @@ std::vector<double> chunked_reduce(int64_t n, int64_t width, const Body& body) {
   return total;
 }
 
+// acc[j] += v[j] for the first `count` lanes, in double.
+template <typename T>
+C10_ALWAYS_INLINE void add_lanes_to(const Vec<T>& v, int64_t count, double* acc) {
+  if constexpr (std::is_same_v<T, double>) {
+    (Vec<double>::loadu(acc, count) + v).store(acc, count);
+    return;
+  }
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, float>) {
+    if (count == Vec<float>::size()) {  // widen each half to double and add: same sums, vectorized
+#if defined(CPU_CAPABILITY_AVX512)
+      const __m512 f = v;
+      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+      const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1));
+      _mm512_storeu_pd(acc, _mm512_add_pd(_mm512_loadu_pd(acc), lo));
+      _mm512_storeu_pd(acc + 8, _mm512_add_pd(_mm512_loadu_pd(acc + 8), hi));
+#else
+      const __m256 f = v;
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+      _mm256_storeu_pd(acc, _mm256_add_pd(_mm256_loadu_pd(acc), lo));
+      _mm256_storeu_pd(acc + 4, _mm256_add_pd(_mm256_loadu_pd(acc + 4), hi));
+#endif
+      return;
+    }
+  }
+#endif
+  if constexpr (!std::is_same_v<T, double>) {
+    T tmp[Vec<T>::size()];
+    v.store(tmp, count);
+    for (int64_t j = 0; j < count; ++j) acc[j] += static_cast<double>(tmp[j]);
+  }
+}
+
 // Adds the lanes of v (first `count`) into acc[0..count) or, when !strided, all into acc[0].
 template <typename T>
 C10_ALWAYS_INLINE void accumulate_lanes(const Vec<T>& v, int64_t count, bool strided, double* acc) {
+  if (strided) {
+    add_lanes_to<T>(v, count, acc);
+    return;
+  }
   T tmp[Vec<T>::size()];
   v.store(tmp, count);
-  if (strided) {
-    for (int64_t j = 0; j < count; ++j) acc[j] += static_cast<double>(tmp[j]);
-  } else {
-    double s = 0.0;
-    for (int64_t j = 0; j < count; ++j) s += static_cast<double>(tmp[j]);
-    acc[0] += s;
-  }
+  double s = 0.0;
+  for (int64_t j = 0; j < count; ++j) s += static_cast<double>(tmp[j]);
+  acc[0] += s;
 }
 
 // Sums the contributions of one run (see for_each_run) into double accumulators: per lane

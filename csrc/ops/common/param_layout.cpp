@@ -19,6 +19,10 @@ at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype) {
   return at::empty_like(x, x.options().dtype(dtype), at::MemoryFormat::Preserve);
 }
 
+at::Tensor dense_or_contiguous(const at::Tensor& t) {
+  return t.is_non_overlapping_and_dense() ? t : t.contiguous();
+}
+
 at::Tensor with_layout_of(const at::Tensor& t, const at::Tensor& like) {
   if (t.strides() == like.strides()) return t;
   return at::empty_like(like, t.options()).copy_(t);
@@ -44,9 +48,8 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
 
   // A parameter varies along dim d when its own (right-aligned) size there is x's. Sizes,
   // not strides: an expanded parameter has stride 0 yet its gradient keeps that dim.
-  const int64_t ndim = dense.dim();
   auto param_varies = [&](const at::Tensor& p, int64_t d) {
-    const int64_t pd = d - (ndim - p.dim());
+    const int64_t pd = d - (L.ndim - p.dim());
     return pd >= 0 && p.size(pd) == sizes[d];
   };
 
@@ -61,33 +64,26 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
     }
   }
 
-  const int64_t numel = dense.numel();
-  // Runs shorter than a vector (per-channel 3x3 kernels: 9) would leave every vector
-  // partly empty; folding the trailing dims into the span gives full vectors whose
-  // parameters are loaded per lane, at the cost of K * inner gathered parameters.
-  if (first >= 0) {
-    int64_t inner = 1;
-    for (int64_t j = last + 1; j < static_cast<int64_t>(order.size()); ++j) inner *= sizes[order[j]];
-    int64_t span = 1;
-    for (int64_t j = first; j <= last; ++j) span *= sizes[order[j]];
-    if (inner > 1 && inner < kMinRunLength && span * inner <= kMaxFoldedSpan) last = static_cast<int64_t>(order.size()) - 1;
-  }
+  const int64_t ndims = static_cast<int64_t>(order.size());
+  auto extent = [&](int64_t from, int64_t to) {  // product of the sizes of order[from, to)
+    int64_t p = 1;
+    for (int64_t j = from; j < to; ++j) p *= sizes[order[j]];
+    return p;
+  };
   if (first < 0) {  // Every parameter is a single value.
-    L.outer = 1;
-    L.K = 1;
-    L.inner = numel;
+    L.inner = dense.numel();
   } else {
-    L.outer = 1;
-    L.K = 1;
-    L.inner = 1;
-    for (int64_t j = 0; j < static_cast<int64_t>(order.size()); ++j) {
-      const int64_t s = sizes[order[j]];
-      if (j < first) L.outer *= s;
-      else if (j <= last) {
-        L.K *= s;
-        L.span_dims.push_back(order[j]);
-        L.span_sizes.push_back(s);
-      } else L.inner *= s;
+    // Runs shorter than a vector (per-channel 3x3 kernels: 9) would leave every vector
+    // partly empty; folding the trailing dims into the span gives full vectors whose
+    // parameters are loaded per lane, at the cost of K * inner gathered parameters.
+    const int64_t inner = extent(last + 1, ndims);
+    if (inner > 1 && inner < kMinRunLength && extent(first, last + 1) * inner <= kMaxFoldedSpan) last = ndims - 1;
+    L.outer = extent(0, first);
+    L.K = extent(first, last + 1);
+    L.inner = extent(last + 1, ndims);
+    for (int64_t j = first; j <= last; ++j) {
+      L.span_dims.push_back(order[j]);
+      L.span_sizes.push_back(sizes[order[j]]);
     }
   }
 

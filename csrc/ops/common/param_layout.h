@@ -41,6 +41,10 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
 at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype);
 inline at::Tensor empty_output_like(const at::Tensor& x) { return empty_output_like(x, x.scalar_type()); }
 
+// `t` itself when it is non-overlapping and dense, else a contiguous copy: a tensor that
+// can be walked by flat memory index.
+at::Tensor dense_or_contiguous(const at::Tensor& t);
+
 // `t` with exactly the strides of `like` (same sizes): t itself when they already match,
 // else a copy. Lets kernels walk several tensors with one flat memory index.
 at::Tensor with_layout_of(const at::Tensor& t, const at::Tensor& like);

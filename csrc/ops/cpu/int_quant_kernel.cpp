@@ -207,8 +207,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
   at::Tensor gs, gz, gb;  // With clamp_ste, bit_width gets no gradient (TensorClampSte).
   if (!output_mask[0] && !want_params) return {gx, gs, gz, gb};
   const int64_t n = grad.numel();
-  // The memory order every tensor is walked in: dx's, else x's own when it is dense.
-  const at::Tensor layout = gx.defined() ? gx : (ref.is_non_overlapping_and_dense() ? ref : ref.contiguous());
+  // The memory order every tensor is walked in: dx's, else that of x (made dense if need be).
+  const at::Tensor layout = gx.defined() ? gx : dense_or_contiguous(ref);
   const at::Tensor gd = with_layout_of(grad, layout);
 
   // Only dx, and no x needed for it: from the saved mask, or straight through (clamp_ste).
@@ -224,7 +224,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
     return {gx, gs, gz, gb};
   }
 
-  const at::Tensor xd = with_layout_of(*x_opt, layout);
+  // Here x is given, so ref is x: without dx, layout already is x in walkable form.
+  const at::Tensor xd = gx.defined() ? with_layout_of(*x_opt, layout) : layout;
   const ParamLayout L = make_param_layout(layout, {scale, zero_point}, grad.scalar_type());
   const GradSelect want{output_mask[1], output_mask[2], output_mask[3] && !clamp_ste};
   std::vector<double> acc(static_cast<size_t>(4 * L.K + 2), 0.0);

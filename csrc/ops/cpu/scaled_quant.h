@@ -37,12 +37,12 @@ std::tuple<at::Tensor, at::Tensor> scaled_quant_backward(const at::Tensor& grad,
               " must have the shape of x ", x.sizes());
   at::Tensor gx = output_mask[0] ? empty_output_like(x) : at::Tensor();
   at::Tensor gs;
-  const at::Tensor layout = gx.defined() ? gx : (x.is_non_overlapping_and_dense() ? x : x.contiguous());
+  const at::Tensor layout = gx.defined() ? gx : dense_or_contiguous(x);
   const ParamLayout L = make_param_layout(layout, {scale}, x.scalar_type());
   std::vector<double> acc(static_cast<size_t>(L.K), 0.0);
   if (x.numel() > 0 && (output_mask[0] || output_mask[1])) {
     const at::Tensor gd = with_layout_of(grad, layout);
-    const at::Tensor xd = with_layout_of(x, layout);
+    const at::Tensor xd = gx.defined() ? with_layout_of(x, layout) : layout;  // layout is x made dense
     BREVITAS_CPP_DISPATCH_FLOATING(x.scalar_type(), "scaled_quant_backward", [&] {
       acc = scaled_backward_loop<scalar_t>(gd.const_data_ptr<scalar_t>(), xd.const_data_ptr<scalar_t>(),
                                            gx.defined() ? gx.mutable_data_ptr<scalar_t>() : nullptr, L, x.numel(),

@@ -1,4 +1,5 @@
-"""Declarative quantizer assembly: enums (and, later, ExtendedInjector and the solvers)."""
+"""Declarative quantizer assembly: enums, ExtendedInjector, and (in ``solver``) the mixins
+that turn enum settings into core blocks."""
 
 from brevitas_cpp.inject.enum import (
     BitWidthImplType,
@@ -10,8 +11,24 @@ from brevitas_cpp.inject.enum import (
     StatsOp,
     TruncScalingImplType,
 )
+from brevitas_cpp.inject.injector import (
+    BaseInjector,
+    DependencyError,
+    ExtendedInjector,
+    Injector,
+    MissingDependencyError,
+    this,
+    value,
+)
 
 __all__ = [
+    "BaseInjector",
+    "DependencyError",
+    "ExtendedInjector",
+    "Injector",
+    "MissingDependencyError",
+    "this",
+    "value",
     "BitWidthImplType",
     "FloatToIntImplType",
     "QuantType",

@@ -1,0 +1,29 @@
+"""Settings read from the environment once, at import (Brevitas's variable names)."""
+
+import os
+
+from torch.jit._state import _enabled as _torch_jit_enabled
+
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f", ""}
+
+
+def env_to_bool(name: str, default: bool) -> bool:
+    """Read a boolean environment variable; anything unrecognised is an error, not False."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(
+        f"environment variable {name}={raw!r} is not a boolean; accepted: "
+        f"{sorted(_TRUE)} or {sorted(_FALSE - {''})}")
+
+
+# Core blocks become TorchScript modules only when asked and when PYTORCH_JIT is not 0.
+JIT_ENABLED: bool = env_to_bool("BREVITAS_JIT", False) and bool(_torch_jit_enabled)
+REINIT_ON_STATE_DICT_LOAD: bool = env_to_bool("BREVITAS_REINIT_ON_STATE_DICT_LOAD", True)
+IGNORE_MISSING_KEYS: bool = env_to_bool("BREVITAS_IGNORE_MISSING_KEYS", False)

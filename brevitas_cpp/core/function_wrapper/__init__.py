@@ -1,0 +1,32 @@
+"""Module wrappers of elementwise functions, views and clamps used inside quantizers."""
+
+from brevitas_cpp.core.function_wrapper.clamp import ClampMin, ScalarClamp, TensorClamp
+from brevitas_cpp.core.function_wrapper.misc import Abs, Identity, InplaceLogTwo, LogTwo, PowerOfTwo
+from brevitas_cpp.core.function_wrapper.ops_ste import (
+    CeilSte,
+    DPURoundSte,
+    FloorSte,
+    InplaceTensorClampSte,
+    RoundSte,
+    RoundToZeroSte,
+    ScalarClampMinSte,
+    ScalarSignedClampMinSte,
+    TensorClampSte,
+)
+from brevitas_cpp.core.function_wrapper.shape import (
+    OverBatchOverOutputChannelView,
+    OverBatchOverTensorView,
+    OverOutputChannelView,
+    OverOutputFeaturesView,
+    OverTensorView,
+    PermuteDims,
+    StatsInputViewShapeImpl,
+)
+
+__all__ = [
+    "Abs", "CeilSte", "ClampMin", "DPURoundSte", "FloorSte", "Identity", "InplaceLogTwo",
+    "InplaceTensorClampSte", "LogTwo", "OverBatchOverOutputChannelView", "OverBatchOverTensorView",
+    "OverOutputChannelView", "OverOutputFeaturesView", "OverTensorView", "PermuteDims",
+    "PowerOfTwo", "RoundSte", "RoundToZeroSte", "ScalarClamp", "ScalarClampMinSte",
+    "ScalarSignedClampMinSte", "StatsInputViewShapeImpl", "TensorClamp", "TensorClampSte",
+]

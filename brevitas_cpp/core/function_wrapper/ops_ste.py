@@ -1,0 +1,104 @@
+"""Module wrappers of the straight-through estimators, each one call to a C++ op."""
+
+from torch import Tensor
+
+from brevitas_cpp import jit
+from brevitas_cpp.function.ops_ste import (
+    abs_binary_sign_grad,
+    ceil_ste,
+    dpu_round_ste,
+    floor_ste,
+    round_ste,
+    round_to_zero_ste,
+    scalar_clamp_min_ste,
+    tensor_clamp_ste,
+)
+from brevitas_cpp.function.ops import tensor_clamp_
+
+
+class RoundSte(jit.ScriptModule):
+    """round_ste: half to even, identity gradient."""
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return round_ste(x)
+
+
+class FloorSte(jit.ScriptModule):
+    """floor_ste: identity gradient."""
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return floor_ste(x)
+
+
+class CeilSte(jit.ScriptModule):
+    """ceil_ste: identity gradient."""
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return ceil_ste(x)
+
+
+class RoundToZeroSte(jit.ScriptModule):
+    """round_to_zero_ste: truncation toward zero, identity gradient."""
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return round_to_zero_ste(x)
+
+
+class DPURoundSte(jit.ScriptModule):
+    """dpu_round_ste: half to even except negative halves round up, identity gradient."""
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return dpu_round_ste(x)
+
+
+class ScalarClampMinSte(jit.ScriptModule):
+    """clamp_min(x, min_val) with an identity gradient."""
+
+    __constants__ = ["min_val"]
+
+    def __init__(self, min_val: float) -> None:
+        super().__init__()
+        self.min_val = float(min_val)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return scalar_clamp_min_ste(x, self.min_val)
+
+
+class ScalarSignedClampMinSte(jit.ScriptModule):
+    """Keeps |x| >= min_val with x's sign (zero counts as positive); identity gradient."""
+
+    __constants__ = ["min_val"]
+
+    def __init__(self, min_val: float) -> None:
+        super().__init__()
+        # min_val = 0 would make this the identity with a zero gradient at x = 0.
+        if not abs(min_val) > 0.0:
+            raise ValueError(f"ScalarSignedClampMinSte: min_val must be non-zero, got {min_val}")
+        self.min_val = abs(float(min_val))
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        sign = (x >= 0).to(x.dtype) * 2.0 - 1.0
+        return sign * scalar_clamp_min_ste(abs_binary_sign_grad(x), self.min_val)
+
+
+class TensorClampSte(jit.ScriptModule):
+    """tensor_clamp with an identity gradient for x."""
+
+    @jit.script_method
+    def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
+        return tensor_clamp_ste(x, min_val, max_val)
+
+
+class InplaceTensorClampSte(jit.ScriptModule):
+    """In-place tensor_clamp (no gradient path of its own; used on detached tensors)."""
+
+    @jit.script_method
+    def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
+        return tensor_clamp_(x, min_val, max_val)

@@ -9,6 +9,7 @@ how solvers choose a core block from enum settings at injection time.
 """
 
 import inspect
+import threading
 from typing import Any, Dict, List, Set
 
 from _dependencies.checks.circles import _check_circles
@@ -27,6 +28,16 @@ from dependencies import this, value
 
 Spec = tuple  # (marker, callable, argument names, number of required arguments)
 
+# Attributes being built, across nested lookups: this.<name> starts a fresh lookup on the
+# same quantizer (fresh objects, as in Brevitas), so a cycle through it is caught here.
+_building = threading.local()
+
+
+def _active() -> Set[tuple]:
+    if not hasattr(_building, "keys"):
+        _building.keys = set()
+    return _building.keys
+
 
 class MissingDependencyError(DependencyError, AttributeError):
     """An attribute the quantizer needs is not defined. It is also an AttributeError, so
@@ -44,7 +55,6 @@ class _Resolution:
         self.replaced: Dict[str, Spec] = {}
         self.cache: Dict[str, Any] = {"__self__": injector}
         self.building: List[str] = []
-        self.in_progress: Set[str] = set()
 
     def spec(self, name: str):
         return self.replaced.get(name, self.specs.get(name))
@@ -69,14 +79,17 @@ class _Resolution:
             spec = self.spec(name)
             if spec is None:
                 raise self.missing(name)
-            if name in self.in_progress:
+            key = (id(self.injector), name)
+            active = _active()
+            if key in active:
                 cycle = " -> ".join(self.building + [name])
                 raise DependencyError(
-                    f"{self.injector.__name__!r} has a circular dependency: {cycle}")
+                    f"{self.injector.__name__!r} has a circular dependency: {cycle} (through "
+                    f"a @value that returns a class or a this-reference)")
             marker, factory, args, required = spec
             if inspect.isclass(factory) and required > 0:
                 required -= 1  # dependencies counts __init__'s self among the required
-            self.in_progress.add(name)
+            active.add(key)
             self.building.append(name)
             try:
                 kwargs = {}
@@ -88,7 +101,7 @@ class _Resolution:
                 result = factory(**kwargs)
             finally:
                 self.building.pop()
-                self.in_progress.discard(name)
+                active.discard(key)
             # A @value that returns a class means "inject an instance of this class".
             if (marker != nested_injector and inspect.isclass(result)
                     and not isinstance(result, _InjectorTypeType)

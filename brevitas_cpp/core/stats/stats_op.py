@@ -1,0 +1,387 @@
+"""Statistics ops: reduce a (viewed) tensor to the quantity a scale or zero point is derived
+from (absolute maximum, min-max range, percentiles, mean + sigma * std, ...).
+
+Each op reduces over the whole tensor when ``stats_reduce_dim`` is None and over that one
+dimension otherwise (the stats views lay tensors out as [channels, rest], so per-channel
+statistics reduce dim 1). Percentiles use the k-th smallest value with k rounded as Brevitas
+does, so the selected element, and hence the result, is bit-identical."""
+
+import math
+import numbers
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from brevitas_cpp import jit
+from brevitas_cpp.core.utils import StatelessBuffer
+
+DEFAULT_STD_DEV_EPSILON = 1e-8
+
+__all__ = [
+    "AbsAve",
+    "AbsMax",
+    "AbsMaxAve",
+    "AbsMaxL2",
+    "AbsMinMax",
+    "AbsPercentile",
+    "DEFAULT_STD_DEV_EPSILON",
+    "MeanSigmaStd",
+    "NegativeMinOrZero",
+    "NegativePercentileOrZero",
+    "PercentileInterval",
+    "SignedScaleStats",
+    "UnsignedScaleStat",
+    "_MeanSigmaStdImpl",
+]
+
+
+class UnsignedScaleStat:
+    """Marks ops whose statistic is never negative, so the scale derived from it is unsigned."""
+
+    @classmethod
+    def is_scale_unsigned(cls) -> bool:
+        return True
+
+
+class SignedScaleStats:
+    """Marks ops whose statistic may be negative (signed scales)."""
+
+    @classmethod
+    def is_scale_unsigned(cls) -> bool:
+        return False
+
+
+# ---- argument checks (construction time) --------------------------------------------------------
+
+
+def _checked_dim(owner: str, stats_reduce_dim, optional: bool = True) -> Optional[int]:
+    if stats_reduce_dim is None and optional:
+        return None
+    if isinstance(stats_reduce_dim, bool) or not isinstance(stats_reduce_dim, int):
+        accepted = "an int or None" if optional else "an int"
+        raise TypeError(f"{owner}: stats_reduce_dim must be {accepted}, got {stats_reduce_dim!r}")
+    return stats_reduce_dim
+
+
+def _checked_bool(owner: str, arg: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: {arg} must be a bool, got {value!r}")
+    return value
+
+
+def _checked_real(owner: str, arg: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{owner}: {arg} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _checked_percentile(owner: str, arg: str, value) -> float:
+    q = _checked_real(owner, arg, value)
+    if not 0.0 < q <= 100.0:
+        raise ValueError(f"{owner}: {arg} is a percentage and must be in (0, 100], got {value!r}")
+    return q
+
+
+def _zero(dtype: Optional[torch.dtype], device: Optional[torch.device]) -> StatelessBuffer:
+    # The upper bound of negative statistics, in the dtype/device the quantizer asked for.
+    return StatelessBuffer(torch.tensor(0.0, dtype=dtype, device=device))
+
+
+# ---- helpers used inside forward ----------------------------------------------------------------
+
+
+def _kthvalue(x: Tensor, k: int, dim: int, keepdim: bool) -> Tensor:
+    """The k-th smallest value (1-based) along dim. torch has lacked kthvalue kernels for
+    float16 on CPU and bfloat16 on CUDA; selection is exact, so the detour through float32
+    returns the same value."""
+    dtype = x.dtype
+    device_type = x.device.type
+    if (dtype == torch.float16 and device_type == "cpu") or (
+            dtype == torch.bfloat16 and device_type == "cuda"):
+        x = x.to(torch.float32)
+    values = torch.kthvalue(x, k, dim=dim, keepdim=keepdim)[0]
+    return values.to(dtype)
+
+
+def _high_k(q: float, n: int) -> int:
+    # k is 1-based: round q% of n half up.
+    return int(math.floor(.01 * q * n + 0.5))
+
+
+def _low_k(q: float, n: int) -> int:
+    return int(math.ceil(.01 * q * n))
+
+
+# ---- ops ----------------------------------------------------------------------------------------
+
+
+class NegativeMinOrZero(jit.ScriptModule):
+    """min(min(x), 0): the most negative value, or 0 when x has none."""
+
+    __constants__ = ["stats_reduce_dim", "keepdim"]
+
+    def __init__(
+            self,
+            stats_reduce_dim: Optional[int] = None,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None,
+            keepdim: bool = False) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
+        self.zero = _zero(dtype, device)
+        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stats_reduce_dim is None:
+            min_val = torch.min(x)
+        else:
+            min_val = torch.min(x, dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
+        return torch.clamp(min_val, max=self.zero())
+
+
+class AbsPercentile(jit.ScriptModule, UnsignedScaleStat):
+    """The high_percentile_q-th percentile of |x| (k = floor(q% * n + 0.5)-th smallest)."""
+
+    __constants__ = ["q", "stats_reduce_dim", "keepdim"]
+
+    def __init__(
+            self,
+            high_percentile_q: float,
+            stats_reduce_dim: Optional[int],
+            percentile_q=None,
+            keepdim: bool = False) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        if percentile_q is not None:
+            raise RuntimeError(
+                f"{owner}: percentile_q is deprecated, pass high_percentile_q instead "
+                f"(got percentile_q={percentile_q!r})")
+        self.q = _checked_percentile(owner, "high_percentile_q", high_percentile_q)
+        self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
+        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stats_reduce_dim is None:
+            k = _high_k(self.q, x.numel())
+            return _kthvalue(x.abs().view(-1), k, -1, False)
+        else:
+            k = _high_k(self.q, x.size(self.stats_reduce_dim))
+            return _kthvalue(x.abs(), k, self.stats_reduce_dim, self.keepdim)
+
+
+class NegativePercentileOrZero(jit.ScriptModule):
+    """min(low_percentile_q-th percentile of x, 0) (k = ceil(q% * n)-th smallest)."""
+
+    __constants__ = ["stats_reduce_dim", "q", "keepdim"]
+
+    def __init__(
+            self,
+            low_percentile_q: float,
+            stats_reduce_dim: Optional[int] = None,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None,
+            keepdim: bool = False) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
+        self.q = _checked_percentile(owner, "low_percentile_q", low_percentile_q)
+        self.zero = _zero(dtype, device)
+        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stats_reduce_dim is None:
+            k = _low_k(self.q, x.numel())
+            result = _kthvalue(x.view(-1), k, -1, False)
+        else:
+            k = _low_k(self.q, x.size(self.stats_reduce_dim))
+            result = _kthvalue(x, k, self.stats_reduce_dim, self.keepdim)
+        return torch.clamp(result, max=self.zero())
+
+
+class PercentileInterval(jit.ScriptModule, UnsignedScaleStat):
+    """|high percentile - min(low percentile, 0)|: the range a zero-point quantizer must cover
+    (the low end is kept <= 0 to agree with the zero-point statistics)."""
+
+    __constants__ = ["stats_reduce_dim", "low_q", "high_q", "keepdim"]
+
+    def __init__(
+            self,
+            low_percentile_q: float,
+            high_percentile_q: float,
+            stats_reduce_dim: Optional[int] = None,
+            keepdim: bool = False,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
+        self.low_q = _checked_percentile(owner, "low_percentile_q", low_percentile_q)
+        self.high_q = _checked_percentile(owner, "high_percentile_q", high_percentile_q)
+        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.zero = _zero(dtype, device)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stats_reduce_dim is None:
+            n = x.numel()
+            flat = x.view(-1)
+            low_result = _kthvalue(flat, _low_k(self.low_q, n), -1, False)
+            high_result = _kthvalue(flat, _high_k(self.high_q, n), -1, False)
+        else:
+            n = x.size(self.stats_reduce_dim)
+            low_result = _kthvalue(x, _low_k(self.low_q, n), self.stats_reduce_dim, self.keepdim)
+            high_result = _kthvalue(
+                x, _high_k(self.high_q, n), self.stats_reduce_dim, self.keepdim)
+        low_result = torch.clamp(low_result, max=self.zero())
+        return torch.abs(high_result - low_result)
+
+
+class AbsMax(jit.ScriptModule, UnsignedScaleStat):
+    """max(|x|)."""
+
+    __constants__ = ["stats_reduce_dim", "keepdim"]
+
+    def __init__(self, stats_reduce_dim: Optional[int] = None, keepdim: bool = False) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
+        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stats_reduce_dim is None:
+            return torch.max(torch.abs(x))
+        else:
+            return torch.max(torch.abs(x), dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
+
+
+class AbsMinMax(jit.ScriptModule, UnsignedScaleStat):
+    """|max(x) - min(min(x), 0)|: the full range when the lower end is kept <= 0."""
+
+    __constants__ = ["stats_reduce_dim", "keepdim"]
+
+    def __init__(
+            self,
+            stats_reduce_dim: Optional[int] = None,
+            keepdim: bool = False,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
+        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.zero = _zero(dtype, device)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stats_reduce_dim is None:
+            max_val = torch.max(x)
+            min_val = torch.min(x)
+        else:
+            max_val = torch.max(x, dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
+            min_val = torch.min(x, dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
+        min_val = torch.clamp(min_val, max=self.zero())
+        return torch.abs(max_val - min_val)
+
+
+class AbsMaxAve(jit.ScriptModule, UnsignedScaleStat):
+    """mean over channels of max(|x|) along stats_reduce_dim: a scalar."""
+
+    __constants__ = ["stats_reduce_dim"]
+
+    def __init__(self, stats_reduce_dim: int) -> None:
+        super().__init__()
+        self.stats_reduce_dim = _checked_dim(type(self).__name__, stats_reduce_dim, optional=False)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.mean(torch.max(torch.abs(x), dim=self.stats_reduce_dim)[0])
+
+
+class AbsMaxL2(jit.ScriptModule, UnsignedScaleStat):
+    """Root mean square over channels of max(|x|) along stats_reduce_dim: ||m||_2 / sqrt(len(m))."""
+
+    __constants__ = ["stats_reduce_dim"]
+
+    def __init__(self, stats_reduce_dim: int) -> None:
+        super().__init__()
+        self.stats_reduce_dim = _checked_dim(type(self).__name__, stats_reduce_dim, optional=False)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        per_channel_max = torch.max(torch.abs(x), dim=self.stats_reduce_dim)[0]
+        out = torch.norm(per_channel_max, p=2)
+        return out / math.sqrt(per_channel_max.view(-1).shape[0])
+
+
+class AbsAve(jit.ScriptModule, UnsignedScaleStat):
+    """mean(|x|)."""
+
+    __constants__ = ["stats_reduce_dim"]
+
+    def __init__(self, stats_reduce_dim: Optional[int] = None) -> None:
+        super().__init__()
+        self.stats_reduce_dim = _checked_dim(type(self).__name__, stats_reduce_dim)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stats_reduce_dim is None:
+            return torch.mean(torch.abs(x))
+        else:
+            return torch.mean(torch.abs(x), dim=self.stats_reduce_dim)
+
+
+class _MeanSigmaStdImpl(jit.ScriptModule):
+    """mean(|x|) + sigma * sqrt(var(|x|) + epsilon), var unbiased; per-channel results are
+    flattened to 1-d."""
+
+    __constants__ = ["stats_reduce_dim", "epsilon"]
+
+    def __init__(
+            self,
+            stats_reduce_dim: Optional[int] = None,
+            std_dev_epsilon: float = DEFAULT_STD_DEV_EPSILON) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
+        epsilon = _checked_real(owner, "std_dev_epsilon", std_dev_epsilon)
+        if epsilon < 0.0:
+            raise ValueError(f"{owner}: std_dev_epsilon must be >= 0, got {std_dev_epsilon!r}")
+        self.epsilon = epsilon
+
+    @jit.script_method
+    def forward(self, x: Tensor, sigma: Tensor) -> Tensor:
+        abs_val = torch.abs(x)
+        if self.stats_reduce_dim is None:
+            mean_val = torch.mean(abs_val)
+            std_val = torch.sqrt(torch.var(abs_val) + self.epsilon)
+        else:
+            mean_val = torch.mean(abs_val, dim=self.stats_reduce_dim).view(-1)
+            std_val = torch.sqrt(torch.var(abs_val, dim=self.stats_reduce_dim) + self.epsilon)
+            std_val = std_val.view(-1)
+        return mean_val + sigma * std_val
+
+
+class MeanSigmaStd(jit.ScriptModule, UnsignedScaleStat):
+    """mean(|x|) + sigma * std(|x|) with a constant sigma (see _MeanSigmaStdImpl)."""
+
+    def __init__(
+            self,
+            sigma: float,
+            stats_reduce_dim: Optional[int] = None,
+            std_dev_epsilon: float = DEFAULT_STD_DEV_EPSILON,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        sigma = _checked_real(type(self).__name__, "sigma", sigma)
+        self.impl = _MeanSigmaStdImpl(stats_reduce_dim, std_dev_epsilon)
+        self.sigma = StatelessBuffer(torch.tensor(sigma, dtype=dtype, device=device))
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return self.impl(x, self.sigma())

@@ -1,0 +1,29 @@
+"""Quantizer blocks (Brevitas's ``brevitas.core.quant``): integer quantization (IntQuant and
+the wrappers that compute or take its scale, zero point and bit width, TruncIntQuant), binary
+and ternary quantization, and the delayed-quantization wrapper they share."""
+
+from brevitas_cpp.core.quant.binary import BinaryQuant, ClampedBinaryQuant
+from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.core.quant.int import (
+    PrescaledRestrictIntQuant,
+    PrescaledRestrictIntQuantWithInputBitWidth,
+    RescalingIntQuant,
+    TruncIntQuant,
+)
+from brevitas_cpp.core.quant.int_base import IntQuant
+from brevitas_cpp.core.quant.ternary import TernaryQuant
+# Brevitas keeps QuantType importable from here for older code.
+from brevitas_cpp.inject.enum import QuantType
+
+__all__ = [
+    "BinaryQuant",
+    "ClampedBinaryQuant",
+    "DelayWrapper",
+    "IntQuant",
+    "PrescaledRestrictIntQuant",
+    "PrescaledRestrictIntQuantWithInputBitWidth",
+    "QuantType",
+    "RescalingIntQuant",
+    "TernaryQuant",
+    "TruncIntQuant",
+]

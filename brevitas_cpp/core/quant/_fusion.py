@@ -1,0 +1,80 @@
+"""When a fused C++ quantizer op can stand in for Brevitas's chain of elementwise steps.
+
+Two kinds of conditions. Structural ones are fixed when a quantizer is built: its rounding and
+clamp blocks must be ones whose arithmetic the op reproduces (looked up by exact type, so a
+subclass with its own forward is never mistaken for the original). Operand ones are checked on
+every call, from tensor metadata only (no values, so no device synchronisation and no graph
+break under torch.compile): the ops have CPU and Meta kernels, want the scale (and zero point)
+in x's dtype, and broadcast parameters to x without growing x. Anything else takes Brevitas's
+unfused composition, which has PyTorch's promotion and broadcasting rules.
+"""
+
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor
+
+from brevitas_cpp.core.function_wrapper import (
+    CeilSte,
+    DPURoundSte,
+    FloorSte,
+    RoundSte,
+    RoundToZeroSte,
+    TensorClamp,
+    TensorClampSte,
+)
+
+# float_to_int_impl type -> int_quant's rounding_mode.
+ROUNDING_MODE_OF_IMPL: Dict[type, str] = {
+    RoundSte: "round",
+    FloorSte: "floor",
+    CeilSte: "ceil",
+    RoundToZeroSte: "round_to_zero",
+    DPURoundSte: "dpu",
+}
+
+# tensor_clamp_impl type -> int_quant's clamp_ste.
+CLAMP_STE_OF_IMPL: Dict[type, bool] = {TensorClamp: False, TensorClampSte: True}
+
+
+def rounding_mode_of(float_to_int_impl: torch.nn.Module) -> Optional[str]:
+    """The fused op's rounding_mode equivalent to float_to_int_impl, or None."""
+    return ROUNDING_MODE_OF_IMPL.get(type(float_to_int_impl))
+
+
+def clamp_ste_of(tensor_clamp_impl: torch.nn.Module) -> Optional[bool]:
+    """The fused op's clamp_ste equivalent to tensor_clamp_impl, or None."""
+    return CLAMP_STE_OF_IMPL.get(type(tensor_clamp_impl))
+
+
+def broadcasts_into(param: Tensor, x: Tensor) -> bool:
+    """param broadcasts to x's shape and the result keeps x's shape."""
+    if param.dim() > x.dim():
+        return False
+    offset = x.dim() - param.dim()
+    for i in range(param.dim()):
+        size = param.size(i)
+        if size != 1 and size != x.size(offset + i):
+            return False
+    return True
+
+
+def on_kernel_device(x: Tensor) -> bool:
+    """The ops are registered for CPU (and Meta, for tracing and shape propagation) only."""
+    device_type = x.device.type
+    return device_type == "cpu" or device_type == "meta"
+
+
+def scaled_operands_fit(x: Tensor, scale: Tensor) -> bool:
+    """binary_quant, clamped_binary_quant and ternary_quant accept (x, scale) as they are and
+    then compute in the dtype Brevitas's composition would."""
+    return (x.is_floating_point() and on_kernel_device(x) and scale.device == x.device
+            and scale.dtype == x.dtype and broadcasts_into(scale, x))
+
+
+def int_operands_fit(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor) -> bool:
+    """int_quant accepts these operands as they are (see scaled_operands_fit); bit_width must be
+    one value on x's device."""
+    return (scaled_operands_fit(x, scale) and zero_point.device == x.device
+            and zero_point.dtype == x.dtype and broadcasts_into(zero_point, x)
+            and bit_width.numel() == 1 and bit_width.device == x.device)

@@ -1,0 +1,63 @@
+"""Delayed quantization: a quantizer passes its input through unchanged for its first
+``quant_delay_steps`` calls, then returns the quantized value.
+
+As in Brevitas, the countdown advances on every forward call (training or eval) and is not part
+of the state_dict: a reloaded or freshly built quantizer starts counting again.
+"""
+
+from typing import Optional
+
+from torch import Tensor
+
+from brevitas_cpp import jit
+from brevitas_cpp.core.quant._checks import check_quant_delay_steps
+
+
+class _NoDelay(jit.ScriptModule):
+    """Always the quantized value y."""
+
+    @jit.script_method
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return y
+
+
+class _DelayQuant(jit.ScriptModule):
+    """x while the countdown is positive (decrementing it), y afterwards."""
+
+    def __init__(self, quant_delay_steps: int) -> None:
+        super().__init__()
+        check_quant_delay_steps(type(self).__name__, quant_delay_steps)
+        self.quant_delay_steps: int = jit.Attribute(quant_delay_steps, int)
+
+    @jit.script_method
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        if self.quant_delay_steps > 0:
+            self.quant_delay_steps = self.quant_delay_steps - 1
+            return x
+        return y
+
+    def _load_from_state_dict(
+            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+            error_msgs):
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        # Some TorchScript versions report the `training` flag as a state entry; it is not state.
+        training_key = prefix + "training"
+        if training_key in missing_keys:
+            missing_keys.remove(training_key)
+
+
+class DelayWrapper(jit.ScriptModule):
+    """Chooses between no delay (quant_delay_steps None or <= 0) and a countdown."""
+
+    def __init__(self, quant_delay_steps: Optional[int]) -> None:
+        super().__init__()
+        check_quant_delay_steps(type(self).__name__, quant_delay_steps)
+        if quant_delay_steps is None or quant_delay_steps <= 0:
+            self.delay_impl = _NoDelay()
+        else:
+            self.delay_impl = _DelayQuant(quant_delay_steps)
+
+    @jit.script_method
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return self.delay_impl(x, y)

@@ -1,0 +1,201 @@
+"""Integer quantizers that work out their own scale, zero point and bit width around an
+IntQuant (Brevitas's ``brevitas.core.quant.int``), plus TruncIntQuant, which requantizes an
+already integer-valued tensor to fewer bits.
+
+Each returns the tuple (quantized value, scale, zero_point, bit_width).
+"""
+
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from brevitas_cpp import jit
+from brevitas_cpp.core.function_wrapper import TensorClamp
+from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
+from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.core.utils import StatelessBuffer
+from brevitas_cpp.function.ops import max_int, min_int
+from brevitas_cpp.function.ops_ste import round_ste
+
+QuantTuple = Tuple[Tensor, Tensor, Tensor, Tensor]
+
+
+def _zero_point_buffer() -> StatelessBuffer:
+    # Not state: a quantizer with a fixed zero point of 0 saves and expects nothing for it.
+    return StatelessBuffer(torch.tensor(0.0))
+
+
+class PrescaledRestrictIntQuantWithInputBitWidth(jit.ScriptModule):
+    """Quantize x with a given scale, zero point 0, and a bit width derived from the input's.
+
+    forward(x, scale, input_bit_width) -> (y, scale, zero_point, bit_width) where
+    bit_width = bit_width_impl(input_bit_width) and y = int_quant(scale, 0, bit_width, x)."""
+
+    def __init__(self, int_quant: Module, bit_width_impl: Module) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        check_module(owner, "int_quant", int_quant)
+        check_module(owner, "bit_width_impl", bit_width_impl)
+        self.int_quant = int_quant
+        self.msb_clamp_bit_width_impl = bit_width_impl
+        self.zero_point = _zero_point_buffer()
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, input_bit_width: Tensor) -> QuantTuple:
+        bit_width = self.msb_clamp_bit_width_impl(input_bit_width)
+        zero_point = self.zero_point()
+        y = self.int_quant(scale, zero_point, bit_width, x)
+        return y, scale, zero_point, bit_width
+
+
+class PrescaledRestrictIntQuant(jit.ScriptModule):
+    """Quantize x with a given scale, zero point 0 and the bit width of bit_width_impl().
+
+    forward(x, scale) -> (y, scale, zero_point, bit_width)."""
+
+    def __init__(self, int_quant: Module, bit_width_impl: Module) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        check_module(owner, "int_quant", int_quant)
+        check_module(owner, "bit_width_impl", bit_width_impl)
+        self.int_quant = int_quant
+        self.msb_clamp_bit_width_impl = bit_width_impl
+        self.zero_point = _zero_point_buffer()
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor) -> QuantTuple:
+        msb_clamp_bit_width = self.msb_clamp_bit_width_impl()
+        zero_point = self.zero_point()
+        y = self.int_quant(scale, zero_point, msb_clamp_bit_width, x)
+        return y, scale, zero_point, msb_clamp_bit_width
+
+
+class RescalingIntQuant(jit.ScriptModule):
+    """Quantize x with a scale, zero point and bit width computed by its own blocks:
+
+        bit_width = bit_width_impl()
+        scale = scaling_impl(x, int_scaling_impl(bit_width))  # threshold / integer threshold
+        zero_point = zero_point_impl(x, scale, bit_width)
+
+    forward(x) -> (y, scale, zero_point, bit_width). With ``observer_only`` set, y is x itself
+    (statistics are still collected by the blocks)."""
+
+    def __init__(
+            self,
+            int_quant: Module,
+            scaling_impl: Module,
+            int_scaling_impl: Module,
+            zero_point_impl: Module,
+            bit_width_impl: Module) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        check_module(owner, "int_quant", int_quant)
+        check_module(owner, "scaling_impl", scaling_impl)
+        check_module(owner, "int_scaling_impl", int_scaling_impl)
+        check_module(owner, "zero_point_impl", zero_point_impl)
+        check_module(owner, "bit_width_impl", bit_width_impl)
+        self.int_quant = int_quant
+        self.scaling_impl = scaling_impl
+        self.int_scaling_impl = int_scaling_impl
+        self.zero_point_impl = zero_point_impl
+        self.msb_clamp_bit_width_impl = bit_width_impl
+        self.observer_only = jit.Attribute(False, bool)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> QuantTuple:
+        bit_width = self.msb_clamp_bit_width_impl()
+        int_threshold = self.int_scaling_impl(bit_width)
+        scale = self.scaling_impl(x, int_threshold)
+        zero_point = self.zero_point_impl(x, scale, bit_width)
+        if self.observer_only:
+            y = x
+        else:
+            y = self.int_quant(scale, zero_point, bit_width, x)
+        return y, scale, zero_point, bit_width
+
+
+def _default_trunc_scaling_impl() -> Module:
+    # Imported when first needed, so that importing core.quant never loads core.scaling (which
+    # may itself import from core.quant): no import cycle between the two packages.
+    try:
+        from brevitas_cpp.core.scaling import TruncMsbScaling
+    except ImportError as exc:
+        raise ImportError(
+            "TruncIntQuant: trunc_scaling_impl defaults to brevitas_cpp.core.scaling."
+            f"TruncMsbScaling, which could not be imported ({exc}); pass trunc_scaling_impl "
+            "explicitly") from exc
+    return TruncMsbScaling()
+
+
+class TruncIntQuant(jit.ScriptModule):
+    """Requantize an integer-valued x (given as value, scale, zero point, bit width and sign) to
+    the bit width of bit_width_impl(), dropping the bits trunc_scaling_impl says to drop:
+
+        y_int = round(x / scale + zero_point)          # removes float error only
+        trunc_scale = trunc_scaling_impl(y_int, input_bit_width, output_bit_width, signed)
+        y = clamp(float_to_int(y_int / trunc_scale), min_int, max_int)
+        y = (y - zero_point / trunc_scale) * (scale * trunc_scale)
+
+    forward(x, scale, zero_point, input_bit_width, signed) -> (y, output_scale,
+    output_zero_point, output_bit_width). The sign is the input's; narrow_range is this
+    block's. trunc_scaling_impl=None means TruncMsbScaling() (keep the most significant bits),
+    Brevitas's default."""
+
+    __constants__ = ["narrow_range"]
+
+    def __init__(
+            self,
+            float_to_int_impl: Module,
+            bit_width_impl: Module,
+            trunc_scaling_impl: Optional[Module] = None,
+            narrow_range: bool = False,
+            tensor_clamp_impl: Module = TensorClamp(),
+            quant_delay_steps: int = 0) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        if trunc_scaling_impl is None:
+            trunc_scaling_impl = _default_trunc_scaling_impl()
+        check_module(owner, "float_to_int_impl", float_to_int_impl)
+        check_module(owner, "bit_width_impl", bit_width_impl)
+        check_module(owner, "trunc_scaling_impl", trunc_scaling_impl)
+        check_bool(owner, "narrow_range", narrow_range)
+        check_module(owner, "tensor_clamp_impl", tensor_clamp_impl)
+        check_quant_delay_steps(owner, quant_delay_steps)
+        self.narrow_range = narrow_range
+        self.msb_clamp_bit_width_impl = bit_width_impl
+        self.trunc_scaling_impl = trunc_scaling_impl
+        self.float_to_int_impl = float_to_int_impl
+        self.tensor_clamp_impl = tensor_clamp_impl
+        self.delay_wrapper = DelayWrapper(quant_delay_steps)
+
+    @jit.script_method
+    def min_int(self, bit_width: Tensor, signed: Union[bool, Tensor]) -> Tensor:
+        return min_int(signed, self.narrow_range, bit_width)
+
+    @jit.script_method
+    def max_int(self, bit_width: Tensor, signed: Union[bool, Tensor]) -> Tensor:
+        return max_int(signed, self.narrow_range, bit_width)
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, zero_point: Tensor, input_bit_width: Tensor,
+                signed: Union[bool, Tensor]) -> QuantTuple:
+        # Two roundings with a division between them: not the single affine step int_quant
+        # fuses, so this stays a composition of the (C++) elementwise ops.
+        y = x / scale
+        y = y + zero_point
+        y = round_ste(y)
+        output_bit_width = self.msb_clamp_bit_width_impl()
+        trunc_scale = self.trunc_scaling_impl(y, input_bit_width, output_bit_width, signed)
+        y = y / trunc_scale
+        min_int_val = self.min_int(output_bit_width, signed)
+        max_int_val = self.max_int(output_bit_width, signed)
+        y = self.float_to_int_impl(y)
+        y = self.tensor_clamp_impl(y, min_val=min_int_val, max_val=max_int_val)
+        output_scale = scale * trunc_scale
+        output_zero_point = zero_point / trunc_scale
+        y = y - output_zero_point
+        y = y * output_scale
+        y = self.delay_wrapper(x, y)
+        return y, output_scale, output_zero_point, output_bit_width

@@ -1,0 +1,112 @@
+"""IntQuant: uniform affine integer quantization of a tensor, given its scale, zero point and
+bit width (Brevitas's ``brevitas.core.quant.IntQuant``).
+
+    y = (clamp(float_to_int(x / scale + zero_point), min_int, max_int) - zero_point) * scale
+
+When float_to_int_impl and tensor_clamp_impl are the library's rounding and clamp blocks, the
+whole expression is one call to the fused C++ op ``brevitas_cpp.function.int_quant`` (same
+values and gradients, one pass over x). Any other block takes the step-by-step composition,
+which calls the user's modules.
+"""
+
+from typing import Any
+
+from torch import Tensor
+from torch.nn import Module
+
+from brevitas_cpp import jit
+from brevitas_cpp.config import JIT_ENABLED
+from brevitas_cpp.core.function_wrapper import RoundSte, TensorClamp
+from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
+from brevitas_cpp.core.quant._fusion import clamp_ste_of, int_operands_fit, rounding_mode_of
+from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.function import int_quant
+from brevitas_cpp.function.ops import max_int, min_int
+
+# Replacing one of these submodules after construction changes whether the fused op applies.
+_FUSION_INPUTS = ("float_to_int_impl", "tensor_clamp_impl")
+
+
+class IntQuant(jit.ScriptModule):
+    """Quantize x to integers of ``bit_width`` bits and return them dequantized.
+
+    forward(scale, zero_point, bit_width, x) -> Tensor. x is first reshaped by input_view_impl;
+    for the first quant_delay_steps calls x itself is returned (see DelayWrapper)."""
+
+    __constants__ = ["signed", "narrow_range", "fused", "rounding_mode", "clamp_ste"]
+
+    def __init__(
+            self,
+            narrow_range: bool,
+            signed: bool,
+            input_view_impl: Module,
+            float_to_int_impl: Module = RoundSte(),  # Brevitas's defaults; stateless, so one
+            tensor_clamp_impl: Module = TensorClamp(),  # instance can serve every quantizer
+            quant_delay_steps: int = 0) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        check_bool(owner, "narrow_range", narrow_range)
+        check_bool(owner, "signed", signed)
+        check_module(owner, "input_view_impl", input_view_impl)
+        check_module(owner, "float_to_int_impl", float_to_int_impl)
+        check_module(owner, "tensor_clamp_impl", tensor_clamp_impl)
+        check_quant_delay_steps(owner, quant_delay_steps)
+        self.signed = signed
+        self.narrow_range = narrow_range
+        self.input_view_impl = input_view_impl
+        self.float_to_int_impl = float_to_int_impl
+        self.tensor_clamp_impl = tensor_clamp_impl
+        self.delay_wrapper = DelayWrapper(quant_delay_steps)
+        self._decide_fusion()
+
+    def _decide_fusion(self) -> None:
+        mode = rounding_mode_of(self.float_to_int_impl)
+        clamp_ste = clamp_ste_of(self.tensor_clamp_impl)
+        # TorchScript constants: with fused False the scripted forward drops the fused branch.
+        self.fused = mode is not None and clamp_ste is not None
+        self.rounding_mode = mode if mode is not None else "round"
+        self.clamp_ste = bool(clamp_ste)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        # Eager modules may get a new rounding block later (e.g. a learned rounding swapped in);
+        # scripted ones cannot change their submodules' types, so their choice is final.
+        if not JIT_ENABLED and name in _FUSION_INPUTS and "fused" in self.__dict__:
+            self._decide_fusion()
+
+    @jit.script_method
+    def to_int(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:
+        """clamp(float_to_int(view(x) / scale + zero_point), min_int, max_int), not dequantized."""
+        return self._viewed_to_int(scale, zero_point, bit_width, self.input_view_impl(x))
+
+    @jit.script_method
+    def _viewed_to_int(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor,
+                       x: Tensor) -> Tensor:
+        """to_int of an input already reshaped by input_view_impl."""
+        y = x / scale
+        y = y + zero_point
+        min_int_val = self.min_int(bit_width)
+        max_int_val = self.max_int(bit_width)
+        y = self.float_to_int_impl(y)
+        y = self.tensor_clamp_impl(y, min_val=min_int_val, max_val=max_int_val)
+        return y
+
+    @jit.script_method
+    def min_int(self, bit_width: Tensor) -> Tensor:
+        return min_int(self.signed, self.narrow_range, bit_width)
+
+    @jit.script_method
+    def max_int(self, bit_width: Tensor) -> Tensor:
+        return max_int(self.signed, self.narrow_range, bit_width)
+
+    @jit.script_method
+    def forward(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:
+        viewed = self.input_view_impl(x)
+        if self.fused and int_operands_fit(viewed, scale, zero_point, bit_width):
+            y = int_quant(viewed, scale, zero_point, bit_width, self.signed, self.narrow_range,
+                          self.rounding_mode, self.clamp_ste)
+        else:
+            y_int = self._viewed_to_int(scale, zero_point, bit_width, viewed)
+            y = y_int - zero_point
+            y = y * scale
+        return self.delay_wrapper(x, y)

@@ -27,3 +27,6 @@ def env_to_bool(name: str, default: bool) -> bool:
 JIT_ENABLED: bool = env_to_bool("BREVITAS_JIT", False) and bool(_torch_jit_enabled)
 REINIT_ON_STATE_DICT_LOAD: bool = env_to_bool("BREVITAS_REINIT_ON_STATE_DICT_LOAD", True)
 IGNORE_MISSING_KEYS: bool = env_to_bool("BREVITAS_IGNORE_MISSING_KEYS", False)
+
+# Set by export code to save tracked parameters that quantizers normally leave out.
+_FULL_STATE_DICT: bool = False

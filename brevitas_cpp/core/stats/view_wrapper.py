@@ -16,11 +16,6 @@ from brevitas_cpp.core.function_wrapper import StatsInputViewShapeImpl  # noqa: 
 _PARAMETER_NAME = "parameter"
 
 
-def _full_state_dict() -> bool:
-    # Read at call time: a debugging switch that, when set, saves the tracked parameter too.
-    return bool(getattr(config, "_FULL_STATE_DICT", False))
-
-
 def _checked_parameter(owner: str, parameter) -> Parameter:
     if not isinstance(parameter, Parameter):
         raise TypeError(
@@ -40,7 +35,7 @@ class _TrackedParameterStateMixin:
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        if not _full_state_dict():
+        if not config._FULL_STATE_DICT:
             destination.pop(prefix + _PARAMETER_NAME, None)
 
     def _load_from_state_dict(

@@ -1,0 +1,378 @@
+"""Zero points of affine quantizers, returned in the integer domain: zero, from statistics of
+the tracked parameters (each call, or once then learned), learned from an initial value, or
+learned after ``collect_stats_steps`` training batches of runtime statistics.
+
+A float zero point z becomes z / scale + min_int (rounded and clamped to the integer range when
+quantize_zero_point), which is what IntQuant adds before rounding."""
+
+from typing import List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.nn import Module, Parameter
+
+from brevitas_cpp import config, jit
+from brevitas_cpp.core.function_wrapper import Identity
+from brevitas_cpp.core.scaling.runtime import (
+    _AffineRescaling,
+    check_affine_inits,
+    checked_collect_stats_steps,
+    checked_finite,
+    checked_module,
+    checked_momentum,
+    checked_parameter_list,
+    checked_shape,
+    zero_grad_link,
+)
+from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, SCALAR_SHAPE, _ParameterListStats
+from brevitas_cpp.core.utils import StatelessBuffer, inplace_momentum_update, inplace_tensor_add
+from brevitas_cpp.function import abs_binary_sign_grad
+
+__all__ = [
+    "ParameterFromRuntimeZeroPoint",
+    "ParameterFromStatsFromParameterZeroPoint",
+    "ParameterZeroPoint",
+    "StatsFromParameterZeroPoint",
+    "ZeroZeroPoint",
+    "_ScaleShiftZeroPoint",
+]
+
+
+def _checked_int_quant(owner: str, int_quant) -> Module:
+    if not isinstance(int_quant, Module) or not all(
+            callable(getattr(int_quant, method, None)) for method in ("min_int", "to_int")):
+        raise TypeError(
+            f"{owner}: int_quant must be an integer quantizer (a module with min_int() and "
+            f"to_int(), e.g. IntQuant), got {int_quant!r}")
+    return int_quant
+
+
+def _scale_shift(owner: str, int_quant, quantize_zero_point) -> "_ScaleShiftZeroPoint":
+    # Checked here so that an error names the block the user built.
+    _checked_int_quant(owner, int_quant)
+    _checked_bool(owner, "quantize_zero_point", quantize_zero_point)
+    return _ScaleShiftZeroPoint(int_quant, quantize_zero_point)
+
+
+def _checked_bool(owner: str, arg: str, flag) -> bool:
+    if not isinstance(flag, bool):
+        raise TypeError(f"{owner}: {arg} must be a bool, got {flag!r}")
+    return flag
+
+
+def _affine_rescaling(owner: str, zero_point_shape, rescaling_init, shifting_init, dtype,
+                      device) -> Module:
+    check_affine_inits(owner, "zero_point", rescaling_init, shifting_init)
+    if rescaling_init is None:
+        return Identity()
+    return _AffineRescaling(zero_point_shape, rescaling_init, shifting_init, dtype, device)
+
+
+class ZeroZeroPoint(jit.ScriptModule):
+    """Symmetric quantization: a constant 0 (never saved)."""
+
+    def __init__(
+            self,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        self.zero_point = StatelessBuffer(torch.tensor(0.0, dtype=dtype, device=device))
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        return self.zero_point()
+
+
+class _ScaleShiftZeroPoint(jit.ScriptModule):
+    """Float zero point -> integer domain: zero_point / scale + min_int, or, when
+    quantize_zero_point, int_quant.to_int of the zero point with min_int as its offset
+    (rounded and clamped to the range)."""
+
+    __constants__ = ["quantize_zero_point"]
+
+    def __init__(self, int_quant: Module, quantize_zero_point: bool) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.int_quant = _checked_int_quant(owner, int_quant)
+        self.quantize_zero_point = _checked_bool(owner, "quantize_zero_point", quantize_zero_point)
+
+    @jit.script_method
+    def forward(self, zero_point: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        min_int = self.int_quant.min_int(bit_width)
+        if self.quantize_zero_point:
+            return self.int_quant.to_int(scale, min_int, bit_width, zero_point)
+        return zero_point / scale + min_int
+
+
+class StatsFromParameterZeroPoint(jit.ScriptModule):
+    """Zero point recomputed on every call from statistics of the tracked parameters (e.g. the
+    negative minimum), optionally affine-rescaled: -stats in the integer domain."""
+
+    def __init__(
+            self,
+            int_quant: Module,
+            quantize_zero_point: bool,
+            zero_point_stats_input_view_shape_impl: Module,
+            zero_point_stats_input_concat_dim: int,
+            zero_point_stats_impl: Module,
+            zero_point_shape: Tuple[int, ...],
+            tracked_parameter_list: List[torch.nn.Parameter],
+            scale_shift_zero_point_impl: Optional[Module] = None,
+            zero_point_affine_rescaling_init: Optional[float] = None,
+            zero_point_affine_shifting_init: Optional[float] = None,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        checked_module(owner, "zero_point_stats_impl", zero_point_stats_impl)
+        checked_module(owner, "zero_point_stats_input_view_shape_impl",
+                       zero_point_stats_input_view_shape_impl)
+        zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
+        tracked_parameter_list = checked_parameter_list(owner, tracked_parameter_list)
+        self.parameter_list_stats = _ParameterListStats(
+            zero_point_stats_impl, zero_point_shape, zero_point_stats_input_view_shape_impl,
+            zero_point_stats_input_concat_dim, tracked_parameter_list)
+        self.affine_rescaling = _affine_rescaling(
+            owner, zero_point_shape, zero_point_affine_rescaling_init,
+            zero_point_affine_shifting_init, dtype, device)
+        # int_quant / quantize_zero_point are only needed for the default conversion.
+        if scale_shift_zero_point_impl is None:
+            self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
+        else:
+            self.scale_shift_zero_point = checked_module(
+                owner, "scale_shift_zero_point_impl", scale_shift_zero_point_impl)
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        stats = self.parameter_list_stats(x)
+        stats = self.affine_rescaling(stats)
+        return self.scale_shift_zero_point(-stats, scale, bit_width)
+
+
+class ParameterZeroPoint(jit.ScriptModule):
+    """A learned float zero point (state_dict key ``value``), used as |value| in the integer
+    domain, initialised to zero_point_init (broadcast to zero_point_shape when a scalar)."""
+
+    def __init__(
+            self,
+            zero_point_init: Union[float, torch.Tensor],
+            int_quant: Module,
+            quantize_zero_point: bool,
+            zero_point_shape: Tuple[int, ...] = None,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        checked_finite(owner, "zero_point_init", zero_point_init)
+        if zero_point_shape is not None:
+            zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
+        if isinstance(zero_point_init, Tensor):
+            if zero_point_shape is not None and zero_point_init.shape != SCALAR_SHAPE and \
+                    tuple(zero_point_init.shape) != zero_point_shape:
+                # RuntimeError as Brevitas, for callers that catch it.
+                raise RuntimeError(
+                    f"{owner}: zero_point_init has shape {tuple(zero_point_init.shape)}, which is "
+                    f"neither a scalar () nor zero_point_shape {zero_point_shape}")
+            # A copy: learning must not write into the caller's tensor.
+            init = zero_point_init.detach().to(dtype=dtype, device=device, copy=True)
+        else:
+            init = torch.tensor(zero_point_init, dtype=dtype, device=device)
+        if init.shape == SCALAR_SHAPE and zero_point_shape is not None:
+            init = torch.full(zero_point_shape, init, dtype=dtype, device=device)
+        self.value = Parameter(init)
+        self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        out = abs_binary_sign_grad(self.value)
+        return self.scale_shift_zero_point(out, scale, bit_width)
+
+    def _load_from_state_dict(
+            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+            error_msgs):
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        value_key = prefix + "value"
+        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
+            missing_keys.remove(value_key)
+
+
+class ParameterFromRuntimeZeroPoint(jit.ScriptModule):
+    """A learned zero point initialised from statistics of the runtime input.
+
+    For the first collect_stats_steps training calls the zero point is the batch statistic and
+    a running average of it is kept in ``buffer`` (used in eval meanwhile); the next training
+    call moves the average into the learned ``value``. ``value`` is saved once a batch has been
+    seen (the running average until initialisation); loading it ends the collection."""
+
+    __constants__ = ["zero_point_shape"]
+
+    def __init__(
+            self,
+            collect_stats_steps: int,
+            int_quant: Module,
+            quantize_zero_point: bool,
+            zero_point_stats_impl: Module,
+            zero_point_shape: Tuple[int, ...],
+            zero_point_stats_input_view_shape_impl: Module,
+            zero_point_stats_momentum: Optional[float] = DEFAULT_MOMENTUM,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        collect_stats_steps = checked_collect_stats_steps(owner, collect_stats_steps)
+        checked_module(owner, "zero_point_stats_impl", zero_point_stats_impl)
+        checked_module(owner, "zero_point_stats_input_view_shape_impl",
+                       zero_point_stats_input_view_shape_impl)
+        zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
+        zero_point_stats_momentum = checked_momentum(
+            owner, "zero_point_stats_momentum", zero_point_stats_momentum)
+        self.collect_stats_steps: int = jit.Attribute(collect_stats_steps, int)
+        self.counter: int = jit.Attribute(0, int)
+        self.zero_point_shape = zero_point_shape
+        self.stats_input_view_shape_impl = zero_point_stats_input_view_shape_impl
+        self.momentum: Optional[float] = jit.Attribute(zero_point_stats_momentum, Optional[float])
+        # Both start at 0 so that the first batch / the initialisation are in-place adds.
+        self.value = Parameter(torch.full(zero_point_shape, 0.0, dtype=dtype, device=device))
+        self.register_buffer("buffer", torch.full(zero_point_shape, 0.0, dtype=dtype, device=device))
+        self.zero_point_stats_impl = zero_point_stats_impl
+        self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
+        # Set by calibration code: batch statistics without touching the running average.
+        self.local_loss_mode: bool = jit.Attribute(False, bool)
+
+    @jit.script_method
+    def init_zp(self) -> None:
+        """Move the running statistic into value (once; later calls do nothing)."""
+        if self.counter <= self.collect_stats_steps:
+            inplace_tensor_add(self.value.detach(), self.buffer)
+            self.counter = self.collect_stats_steps + 1
+
+    @jit.script_method
+    def training_forward(self, x: Tensor) -> Tensor:
+        if self.counter < self.collect_stats_steps:
+            stats = self.zero_point_stats_impl(self.stats_input_view_shape_impl(x))
+            stats = stats.view(self.zero_point_shape)
+            if self.local_loss_mode:
+                return stats
+            new_counter = self.counter + 1
+            if self.counter == 0:
+                inplace_tensor_add(self.buffer, stats.detach())
+            else:
+                inplace_momentum_update(
+                    self.buffer, stats.detach(), self.momentum, self.counter, new_counter)
+            self.counter = new_counter
+            # value is not used during the warm-up: link it so DDP sees it used.
+            return zero_grad_link(stats, self.value)
+        if self.counter == self.collect_stats_steps:
+            self.init_zp()
+        return self.value
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        if self.training:
+            out = self.training_forward(x)
+        elif self.counter <= self.collect_stats_steps:
+            out = self.buffer
+        else:
+            out = self.value
+        out = abs_binary_sign_grad(out)
+        return self.scale_shift_zero_point(out, scale, bit_width)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        value_key = prefix + "value"
+        # The running statistic is saved as value, never as itself.
+        destination.pop(prefix + "buffer", None)
+        if self.counter == 0:
+            destination.pop(value_key, None)
+        elif self.counter <= self.collect_stats_steps:
+            destination[value_key] = self.buffer if keep_vars else self.buffer.detach()
+
+    def _load_from_state_dict(
+            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+            error_msgs):
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        value_key = prefix + "value"
+        for never_saved in (prefix + "buffer", prefix + "training"):
+            if never_saved in missing_keys:
+                missing_keys.remove(never_saved)
+        # A loaded value is final: no more statistics collection.
+        if value_key in state_dict:
+            self.counter = self.collect_stats_steps + 1
+        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
+            missing_keys.remove(value_key)
+
+
+class ParameterFromStatsFromParameterZeroPoint(jit.ScriptModule):
+    """A learned zero point initialised, on the first call, from statistics of the tracked
+    parameters (affine-rescaled), then learned like ParameterZeroPoint. ``value`` enters the
+    state_dict once initialised, and loading it marks the block initialised."""
+
+    def __init__(
+            self,
+            int_quant: Module,
+            quantize_zero_point: bool,
+            zero_point_stats_input_view_shape_impl: Module,
+            zero_point_stats_input_concat_dim: int,
+            zero_point_stats_impl: Module,
+            zero_point_shape: Tuple[int, ...],
+            tracked_parameter_list: List[torch.nn.Parameter],
+            zero_point_affine_rescaling_init: Optional[float] = None,
+            zero_point_affine_shifting_init: Optional[float] = None,
+            dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        checked_module(owner, "zero_point_stats_impl", zero_point_stats_impl)
+        checked_module(owner, "zero_point_stats_input_view_shape_impl",
+                       zero_point_stats_input_view_shape_impl)
+        zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
+        tracked_parameter_list = checked_parameter_list(owner, tracked_parameter_list)
+        self.parameter_list_stats = _ParameterListStats(
+            zero_point_stats_impl, zero_point_shape, zero_point_stats_input_view_shape_impl,
+            zero_point_stats_input_concat_dim, tracked_parameter_list)
+        self.affine_rescaling = _affine_rescaling(
+            owner, zero_point_shape, zero_point_affine_rescaling_init,
+            zero_point_affine_shifting_init, dtype, device)
+        self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
+        self.init_done: bool = jit.Attribute(False, bool)
+        # Set by calibration code (e.g. MSE search) to get the statistic without initialising.
+        self.local_loss_mode: bool = jit.Attribute(False, bool)
+        # Starts at 0 so that initialisation is an in-place add of the statistic.
+        self.value = Parameter(torch.full(zero_point_shape, 0.0, dtype=dtype, device=device))
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        if self.init_done:
+            value = abs_binary_sign_grad(self.value)
+            return self.scale_shift_zero_point(value, scale, bit_width)
+        stats = self.parameter_list_stats(x)
+        # value is not used before initialisation: link it so DDP sees it used.
+        stats = zero_grad_link(stats, self.value)
+        if self.local_loss_mode:
+            return self.scale_shift_zero_point(-stats, scale, bit_width)
+        stats = self.affine_rescaling(stats)
+        inplace_tensor_add(self.value.detach(), stats)
+        value = abs_binary_sign_grad(self.value)
+        value = self.scale_shift_zero_point(value, scale, bit_width)
+        self.init_done = True
+        return value
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        # Before initialisation value is only the placeholder 0.
+        if not self.init_done and not config._FULL_STATE_DICT:
+            destination.pop(prefix + "value", None)
+
+    def _load_from_state_dict(
+            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+            error_msgs):
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        value_key = prefix + "value"
+        # A loaded value is final: do not overwrite it with fresh statistics.
+        if value_key in state_dict:
+            self.init_done = True
+        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
+            missing_keys.remove(value_key)

@@ -10,6 +10,9 @@ from brevitas_cpp.function.ops import tensor_clamp
 class TensorClamp(jit.ScriptModule):
     """Clamp between tensor bounds (broadcasting); gradients are zero outside the range."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
         return tensor_clamp(x, min_val=min_val, max_val=max_val)

@@ -9,6 +9,9 @@ from brevitas_cpp import jit
 class Identity(jit.ScriptModule):
     """x."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return x
@@ -16,6 +19,9 @@ class Identity(jit.ScriptModule):
 
 class Abs(jit.ScriptModule):
     """|x|."""
+
+    def __init__(self) -> None:
+        super().__init__()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -25,6 +31,9 @@ class Abs(jit.ScriptModule):
 class PowerOfTwo(jit.ScriptModule):
     """2 ** x."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return 2.0 ** x
@@ -33,6 +42,9 @@ class PowerOfTwo(jit.ScriptModule):
 class LogTwo(jit.ScriptModule):
     """log2(x)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return torch.log2(x)
@@ -40,6 +52,9 @@ class LogTwo(jit.ScriptModule):
 
 class InplaceLogTwo(torch.nn.Module):
     """log2 in place, for restricting a freshly computed, not yet learned, initial value."""
+
+    def __init__(self) -> None:
+        super().__init__()
 
     def forward(self, x: Tensor) -> Tensor:
         x.log2_()

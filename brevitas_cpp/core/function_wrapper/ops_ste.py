@@ -1,5 +1,6 @@
 """Module wrappers of the straight-through estimators, each one call to a C++ op."""
 
+import torch
 from torch import Tensor
 
 from brevitas_cpp import jit
@@ -19,6 +20,9 @@ from brevitas_cpp.function.ops import tensor_clamp_
 class RoundSte(jit.ScriptModule):
     """round_ste: half to even, identity gradient."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return round_ste(x)
@@ -26,6 +30,9 @@ class RoundSte(jit.ScriptModule):
 
 class FloorSte(jit.ScriptModule):
     """floor_ste: identity gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -35,6 +42,9 @@ class FloorSte(jit.ScriptModule):
 class CeilSte(jit.ScriptModule):
     """ceil_ste: identity gradient."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return ceil_ste(x)
@@ -43,6 +53,9 @@ class CeilSte(jit.ScriptModule):
 class RoundToZeroSte(jit.ScriptModule):
     """round_to_zero_ste: truncation toward zero, identity gradient."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return round_to_zero_ste(x)
@@ -50,6 +63,9 @@ class RoundToZeroSte(jit.ScriptModule):
 
 class DPURoundSte(jit.ScriptModule):
     """dpu_round_ste: half to even except negative halves round up, identity gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -91,14 +107,25 @@ class ScalarSignedClampMinSte(jit.ScriptModule):
 class TensorClampSte(jit.ScriptModule):
     """tensor_clamp with an identity gradient for x."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
         return tensor_clamp_ste(x, min_val, max_val)
 
 
 class InplaceTensorClampSte(jit.ScriptModule):
-    """In-place tensor_clamp (no gradient path of its own; used on detached tensors)."""
+    """Clamps x in place (a weight is clipped for good, as in BinaryConnect) and returns it with
+    an identity gradient to x and none to the bounds."""
+
+    def __init__(self) -> None:
+        super().__init__()
 
     @jit.script_method
     def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
-        return tensor_clamp_(x, min_val, max_val)
+        # The clip is a side effect on x's data, outside autograd (like an optimizer step);
+        # the differentiable result is the STE clamp of the already clipped values.
+        with torch.no_grad():
+            tensor_clamp_(x, min_val, max_val)
+        return tensor_clamp_ste(x, min_val, max_val)

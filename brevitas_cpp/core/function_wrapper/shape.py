@@ -35,6 +35,9 @@ def _permute_impl(permute_dims: Optional[Tuple[int, ...]]):
 class OverTensorView(jit.ScriptModule):
     """[N, C, ...] -> [N * C * ...]."""
 
+    def __init__(self) -> None:
+        super().__init__()
+
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return x.reshape(over_tensor(x))
@@ -94,6 +97,9 @@ class OverOutputFeaturesView(jit.ScriptModule):
 
 class StatsInputViewShapeImpl:
     """Namespace of the views, under the names Brevitas's quantizers use."""
+
+    def __init__(self) -> None:
+        super().__init__()
 
     OVER_TENSOR = OverTensorView
     OVER_OUTPUT_CHANNELS = OverOutputChannelView

@@ -44,11 +44,14 @@ def test_tensor_clamp_ste_passes_gradient_through_and_tensor_clamp_masks_it():
     assert torch.equal(_grad(fw.TensorClamp(), X, lo, hi), g * inside)
 
 
-def test_inplace_tensor_clamp_ste_modifies_its_input():
-    x = X.clone()
+def test_inplace_tensor_clamp_ste_clips_its_input_and_passes_the_gradient():
+    x = torch.nn.Parameter(X.clone())  # a weight, as in BinaryConnect
     out = fw.InplaceTensorClampSte()(x, torch.tensor(-1.0), torch.tensor(1.0))
-    assert out.data_ptr() == x.data_ptr()
-    assert torch.equal(x, torch.clamp(X, -1.0, 1.0))
+    assert torch.equal(x.detach(), torch.clamp(X, -1.0, 1.0))
+    assert torch.equal(out, torch.clamp(X, -1.0, 1.0))
+    g = torch.arange(1.0, X.numel() + 1)
+    out.backward(g)
+    assert torch.equal(x.grad, g)
 
 
 def test_scalar_clamps():

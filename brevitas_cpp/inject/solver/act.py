@@ -1,0 +1,199 @@
+"""Activation quantizer solver: scales from runtime statistics, constants or learned parameters,
+with the per-channel shape given by the quantizer (``per_channel_broadcastable_shape``), since an
+activation's shape is not known from a layer."""
+
+from typing import Optional
+
+import torch
+
+from brevitas_cpp.core.quant import ClampedBinaryQuant, RescalingIntQuant, TernaryQuant
+from brevitas_cpp.core.scaling import (
+    SCALAR_SHAPE,
+    ConstScaling,
+    ParameterFromRuntimeStatsScaling,
+    ParameterScaling,
+    RuntimeStatsScaling,
+)
+from brevitas_cpp.inject.enum import QuantType, ScalingImplType, ScalingPerOutputType
+from brevitas_cpp.inject.injector import ExtendedInjector, value
+from brevitas_cpp.inject.solver.common import (
+    QuantizerSolveError,
+    SolveAffineRescalingFromEnum,
+    SolveBitWidthImplFromEnum,
+    SolveIntQuantFromEnum,
+    SolveIntScalingImplFromEnum,
+    SolveRestrictScalingImplFromEnum,
+    SolveScaleSignedness,
+    SolveScalingStatsInputViewShapeImplFromEnum,
+    SolveScalingStatsOpFromEnum,
+    SolveStatsReduceDimFromEnum,
+    SolveTensorQuantFloatToIntImplFromEnum,
+    quantizer_name,
+    require_signed,
+    to_enum,
+    unsupported,
+)
+from brevitas_cpp.inject.solver.parameter import SolveInputViewImpl, _init_as_tensor
+
+__all__ = [
+    "ConvertRuntimeStatsToParameter",
+    "MinMaxScalingInit",
+    "SolveActScalingImplFromEnum",
+    "SolveActTensorQuantFromEnum",
+    "SolveActScalingInitFromEnum",
+    "SolveActScalingShape",
+    "SolveActScalingPerOutputChannelShape",
+    "SolveUpdateStateDictImplFromEnum",
+    "SolveInputViewImpl",
+    "ActQuantSolver",
+]
+
+
+class MinMaxScalingInit:
+    """Initial scale max(|min_val|, |max_val|), the range the user declares for the activation."""
+
+    def __init__(self, min_val: Optional[float], max_val: float) -> None:
+        for name, bound in (("min_val", min_val), ("max_val", max_val)):
+            if bound is None or isinstance(bound, bool):
+                raise QuantizerSolveError(
+                    f"MinMaxScalingInit: {name} must be a number, got {bound!r} (a signed "
+                    f"quantizer initialised from a range needs both min_val and max_val)")
+        self.scaling_init = torch.tensor(max(abs(float(min_val)), abs(float(max_val))))
+
+    def __call__(self) -> torch.Tensor:
+        return self.scaling_init
+
+
+class ConvertRuntimeStatsToParameter:
+    """state_dict hook for activation scales learned from runtime statistics: a checkpoint that
+    holds only the collected statistic (taken while the scale was not a parameter yet) gets the
+    parameter initialised from it, and the statistics are dropped.
+
+    Key layout as in Brevitas's activation proxies; brevitas_cpp.proxy calls it as
+    ``hook(prefix, state_dict)`` before loading.
+    """
+
+    def __init__(self, restrict_scaling_impl: torch.nn.Module) -> None:
+        self.restrict_scaling_impl = restrict_scaling_impl
+        self.scaling_impl_postfix = "fused_activation_quant_proxy.tensor_quant.scaling_impl"
+        self.runtime_stats_postfix = self.scaling_impl_postfix + ".runtime_stats"
+        self.running_stats_postfix = self.runtime_stats_postfix + ".running_stats"
+        self.scaling_parameter_postfix = self.scaling_impl_postfix + ".value"
+
+    def __call__(self, prefix: str, state_dict: dict) -> None:
+        stats_key = prefix + self.running_stats_postfix
+        parameter_key = prefix + self.scaling_parameter_postfix
+        if stats_key in state_dict and parameter_key not in state_dict:
+            # Statistics are in the float domain; the parameter lives in the restricted one.
+            init = state_dict[stats_key].abs()
+            state_dict[parameter_key] = self.restrict_scaling_impl.restrict_init_tensor(init)
+        for key in [k for k in state_dict if k.startswith(prefix + self.runtime_stats_postfix)]:
+            del state_dict[key]
+
+
+class SolveActScalingImplFromEnum(SolveAffineRescalingFromEnum):
+
+    @value
+    def scaling_impl(__self__, scaling_impl_type=None):
+        # No scaling_impl_type: a quantizer without a scale.
+        if scaling_impl_type is None:
+            return None
+        impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
+        if impl_type == ScalingImplType.HE:
+            raise unsupported(__self__, "scaling_impl_type", impl_type,
+                              "is for weights (it needs a fan-in); activations accept CONST, "
+                              "STATS, AFFINE_STATS, PARAMETER, PARAMETER_FROM_STATS")
+        return {
+            ScalingImplType.PARAMETER: ParameterScaling,
+            ScalingImplType.PARAMETER_FROM_STATS: ParameterFromRuntimeStatsScaling,
+            ScalingImplType.CONST: ConstScaling,
+            ScalingImplType.STATS: RuntimeStatsScaling,
+            ScalingImplType.AFFINE_STATS: RuntimeStatsScaling,
+        }[impl_type]
+
+
+class SolveActTensorQuantFromEnum(SolveIntQuantFromEnum):
+
+    @value
+    def tensor_quant(quant_type, __self__, signed=None):
+        kind = to_enum(QuantType, quant_type, "quant_type", __self__)
+        if kind == QuantType.FP:
+            return None
+        if kind == QuantType.INT:
+            return RescalingIntQuant
+        require_signed(kind, signed, __self__)
+        return TernaryQuant if kind == QuantType.TERNARY else ClampedBinaryQuant
+
+
+class SolveActScalingInitFromEnum(ExtendedInjector):
+
+    @value
+    def scaling_init(scaling_init_impl):
+        return _init_as_tensor(scaling_init_impl)
+
+    @value
+    def scaling_init_impl(scaling_impl_type, __self__):
+        impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
+        if impl_type in (ScalingImplType.CONST, ScalingImplType.PARAMETER):
+            return MinMaxScalingInit
+        return None
+
+    # Unsigned activations start at 0; signed ones must give min_val.
+    @value
+    def min_val(signed):
+        return None if signed else 0.0
+
+
+class SolveActScalingShape(ExtendedInjector):
+
+    @value
+    def scaling_shape(scaling_per_output, __self__, per_channel_broadcastable_shape=None):
+        if scaling_per_output == ScalingPerOutputType.TENSOR:
+            return SCALAR_SHAPE
+        if scaling_per_output == ScalingPerOutputType.CHANNEL:
+            if per_channel_broadcastable_shape is None:
+                raise QuantizerSolveError(
+                    f"{quantizer_name(__self__)}: per-channel activation scaling needs "
+                    f"per_channel_broadcastable_shape (e.g. (1, C, 1, 1)): an activation's channel "
+                    f"count can not be inferred from a layer")
+            return per_channel_broadcastable_shape
+        return None
+
+
+class SolveActScalingPerOutputChannelShape(ExtendedInjector):
+
+    @value
+    def scaling_per_output_channel_shape(per_channel_broadcastable_shape):
+        return per_channel_broadcastable_shape
+
+
+class SolveUpdateStateDictImplFromEnum(ExtendedInjector):
+
+    @value
+    def update_state_dict_impl(scaling_impl_type, __self__):
+        impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
+        if impl_type in (ScalingImplType.PARAMETER, ScalingImplType.PARAMETER_FROM_STATS):
+            return ConvertRuntimeStatsToParameter
+        return None
+
+
+class ActQuantSolver(SolveActTensorQuantFromEnum,
+                     SolveActScalingImplFromEnum,
+                     SolveIntScalingImplFromEnum,
+                     SolveBitWidthImplFromEnum,
+                     SolveTensorQuantFloatToIntImplFromEnum,
+                     SolveScalingStatsOpFromEnum,
+                     SolveRestrictScalingImplFromEnum,
+                     SolveActScalingInitFromEnum,
+                     SolveStatsReduceDimFromEnum,
+                     SolveActScalingShape,
+                     SolveScalingStatsInputViewShapeImplFromEnum,
+                     SolveActScalingPerOutputChannelShape,
+                     SolveUpdateStateDictImplFromEnum,
+                     SolveInputViewImpl,
+                     SolveScaleSignedness):
+    """Turns enum settings into activation quantization blocks. List it last among a quantizer's
+    bases: earlier bases (and the quantizer's own attributes) override it.
+
+    ``proxy_class`` (Brevitas's ActQuantProxyFromInjector) is added with brevitas_cpp.proxy.
+    """

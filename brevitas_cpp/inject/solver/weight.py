@@ -1,0 +1,166 @@
+"""Weight quantizer solver: per-channel shapes and the stats layout are read from ``module``, the
+layer (or tuple of layers sharing the quantizer) whose weight is quantized.
+
+Brevitas's quant layers carry ``output_channel_dim``; for plain torch layers it falls back to 1
+for transposed convolutions (weight [C_in, C_out / groups, ...]) and 0 otherwise.
+"""
+
+from typing import Any, Callable
+
+from torch import nn
+
+from brevitas_cpp.core.quant import BinaryQuant, RescalingIntQuant, TernaryQuant
+from brevitas_cpp.inject.enum import QuantType, ScalingPerOutputType
+from brevitas_cpp.inject.injector import ExtendedInjector, value
+from brevitas_cpp.inject.solver.common import (
+    QuantizerSolveError,
+    SolveBitWidthImplFromEnum,
+    SolveDtypeDeviceFromTrackedParameterList,
+    SolveIntQuantFromEnum,
+    SolveIntScalingImplFromEnum,
+    SolveRestrictScalingImplFromEnum,
+    SolveScaleSignedness,
+    SolveScalingStatsInputViewShapeImplFromEnum,
+    SolveScalingStatsOpFromEnum,
+    SolveStatsReduceDimFromEnum,
+    SolveTensorQuantFloatToIntImplFromEnum,
+    quantizer_name,
+    require_signed,
+    to_enum,
+)
+from brevitas_cpp.inject.solver.parameter import (
+    SolveInputViewImpl,
+    SolveParameterScalingImplFromEnum,
+    SolveParameterScalingInitFromEnum,
+    SolveParameterScalingShape,
+    SolveParameterTensorClampImplFromEnum,
+    require_module,
+)
+
+__all__ = [
+    "SolveWeightTensorQuantFromEnum",
+    "SolveWeightScalingStatsInputDimsFromModule",
+    "SolveWeightScalingPerOutputChannelShapeFromModule",
+    "WeightQuantSolver",
+    "layer_output_channel_dim",
+    "layer_output_channels",
+]
+
+
+class SolveWeightTensorQuantFromEnum(SolveIntQuantFromEnum):
+
+    @value
+    def tensor_quant(quant_type, __self__, signed=None):
+        kind = to_enum(QuantType, quant_type, "quant_type", __self__)
+        if kind == QuantType.FP:
+            return None
+        if kind == QuantType.INT:
+            return RescalingIntQuant
+        require_signed(kind, signed, __self__)
+        return TernaryQuant if kind == QuantType.TERNARY else BinaryQuant
+
+
+def layer_output_channel_dim(layer: nn.Module) -> int:
+    """Dim of a layer's weight that indexes output channels."""
+    dim = getattr(layer, "output_channel_dim", None)
+    if dim is not None:
+        return dim
+    return 1 if isinstance(layer, nn.modules.conv._ConvTransposeNd) else 0
+
+
+def layer_output_channels(layer: nn.Module) -> int:
+    """Number of per-channel scales a layer's weight needs: the size of its output channel dim.
+    Equal to out_channels except for grouped transposed convolutions (weight
+    [C_in, C_out / groups, ...]), where Brevitas's out_channels gives a shape the weight's
+    statistics can not fill."""
+    weight = getattr(layer, "weight", None)
+    if weight is not None:
+        return weight.shape[layer_output_channel_dim(layer)]
+    return layer.out_channels
+
+
+def shared_property(module: Any, read: Callable[[Any], Any], what: str, quantizer: Any) -> Any:
+    """read(layer) for the layer, or for each layer of a tuple sharing the quantizer, where it
+    must agree."""
+    if not isinstance(module, tuple):
+        return read(module)
+    values = [read(layer) for layer in module]
+    if any(v != values[0] for v in values):
+        raise QuantizerSolveError(
+            f"{quantizer_name(quantizer)}: the layers sharing this quantizer disagree on {what}: "
+            f"{values}")
+    return values[0]
+
+
+class SolveWeightScalingPerOutputChannelShapeFromModule(ExtendedInjector):
+
+    @value
+    def out_channels(__self__, module=None):
+        module = require_module(module, __self__, "out_channels")
+        return shared_property(module, layer_output_channels, "the number of output channels",
+                               __self__)
+
+    @value
+    def weight_ndims(__self__, module=None):
+        module = require_module(module, __self__, "weight_ndims")
+        return shared_property(module, lambda layer: layer.weight.dim(), "the weight's rank",
+                               __self__)
+
+    @value
+    def scaling_per_output_channel_shape(weight_ndims, output_channel_dim, out_channels):
+        shape = [1] * weight_ndims
+        shape[output_channel_dim] = out_channels
+        return tuple(shape)
+
+
+class SolveWeightScalingStatsInputDimsFromModule(ExtendedInjector):
+
+    # Per-channel stats see the weight as [C_out, rest]; shared weights concatenate along rest.
+    @value
+    def scaling_stats_input_concat_dim(scaling_per_output):
+        if scaling_per_output == ScalingPerOutputType.TENSOR:
+            return 0
+        if scaling_per_output == ScalingPerOutputType.CHANNEL:
+            return 1
+        return None
+
+    # Brings the output channel dim first, for weights that keep it elsewhere.
+    @value
+    def permute_dims(output_channel_dim, __self__, module=None):
+        if output_channel_dim == 0:
+            return None
+        module = require_module(module, __self__, "permute_dims")
+        ndims = shared_property(module, lambda layer: layer.weight.dim(), "the weight's rank",
+                                __self__)
+        dims = list(range(ndims))
+        dims[0], dims[output_channel_dim] = dims[output_channel_dim], dims[0]
+        return tuple(dims)
+
+    @value
+    def output_channel_dim(__self__, module=None):
+        module = require_module(module, __self__, "output_channel_dim")
+        return shared_property(module, layer_output_channel_dim, "output_channel_dim", __self__)
+
+
+class WeightQuantSolver(SolveStatsReduceDimFromEnum,
+                        SolveWeightScalingStatsInputDimsFromModule,
+                        SolveScalingStatsInputViewShapeImplFromEnum,
+                        SolveScalingStatsOpFromEnum,
+                        SolveBitWidthImplFromEnum,
+                        SolveTensorQuantFloatToIntImplFromEnum,
+                        SolveRestrictScalingImplFromEnum,
+                        SolveIntScalingImplFromEnum,
+                        SolveParameterScalingImplFromEnum,
+                        SolveParameterTensorClampImplFromEnum,
+                        SolveParameterScalingInitFromEnum,
+                        SolveParameterScalingShape,
+                        SolveWeightScalingPerOutputChannelShapeFromModule,
+                        SolveWeightTensorQuantFromEnum,
+                        SolveDtypeDeviceFromTrackedParameterList,
+                        SolveInputViewImpl,
+                        SolveScaleSignedness):
+    """Turns enum settings and the layer's shape into weight quantization blocks. List it last
+    among a quantizer's bases: earlier bases (and the quantizer's own attributes) override it.
+
+    ``proxy_class`` (Brevitas's WeightQuantProxyFromInjector) is added with brevitas_cpp.proxy.
+    """

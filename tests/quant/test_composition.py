@@ -1,0 +1,170 @@
+"""Composing quantizers the Brevitas way: inheritance, .let(), mixins listed first, blocks
+declared directly; every ready-made quantizer builds; import paths; injection-time errors."""
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import rand
+
+import brevitas_cpp.quant as quant_pkg
+from brevitas_cpp.config import JIT_ENABLED
+from brevitas_cpp.core.function_wrapper import FloorSte
+from brevitas_cpp.core.restrict_val import PowerOfTwoRestrictValue
+from brevitas_cpp.core.scaling import ConstScaling
+from brevitas_cpp.inject import solver as inject_solver
+from brevitas_cpp.inject.solver import QuantizerSolveError
+from brevitas_cpp.quant import (
+    Int8ActPerTensorFloat,
+    Int8WeightPerChannelFloat,
+    Int8WeightPerTensorFloat,
+)
+from brevitas_cpp.quant.base import PerTensorPoTScaling8bit
+
+
+class Int4WeightPerChannelFloat(Int8WeightPerChannelFloat):
+    bit_width = 4
+
+
+def test_inheritance_changes_one_setting():
+    torch.manual_seed(0)
+    layer = nn.Conv2d(2, 3, 3)
+    quant = Int4WeightPerChannelFloat.let(module=layer, tracked_parameter_list=[layer.weight])
+    tq = quant.tensor_quant
+    w = layer.weight.detach()
+    s = w.abs().amax(dim=(1, 2, 3), keepdim=True) / torch.tensor(7.0)
+    y, scale, _, bit_width = tq(layer.weight)
+    assert torch.equal(bit_width, torch.tensor(4.0)) and torch.equal(scale, s)
+    assert torch.equal(y, torch.clamp(torch.round(w / s), -7.0, 7.0) * s)
+    # The parent is untouched.
+    assert Int8WeightPerChannelFloat.bit_width == 8
+
+
+def test_let_changes_settings_without_a_class():
+    w = nn.Parameter(rand((5, 4), seed=1))
+    quant = Int8WeightPerTensorFloat.let(tracked_parameter_list=[w], bit_width=3,
+                                         float_to_int_impl_type="floor")
+    y, scale, _, _ = quant.tensor_quant(w)
+    s = w.detach().abs().max() / torch.tensor(3.0)
+    assert torch.equal(y, torch.clamp(torch.floor(w.detach() / s), -3.0, 3.0) * s)
+    assert Int8WeightPerTensorFloat.float_to_int_impl_type == "round"
+
+
+def test_first_listed_mixin_wins():
+    class PoTWeight(PerTensorPoTScaling8bit, Int8WeightPerTensorFloat):
+        pass
+
+    w = nn.Parameter(rand((5, 4), seed=2))
+    quant = PoTWeight.let(tracked_parameter_list=[w])
+    assert type(quant.restrict_scaling_impl) is PowerOfTwoRestrictValue
+    scale = quant.tensor_quant(w)[1]
+    exponent = torch.ceil(torch.log2(w.detach().abs().max()))
+    expected = torch.tensor(2.0) ** exponent / torch.tensor(128.0)
+    assert torch.equal(scale, expected)
+
+
+def test_declared_blocks_override_the_solver():
+    class FloorConstAct(Int8ActPerTensorFloat):
+        float_to_int_impl = FloorSte
+        scaling_impl = ConstScaling
+        scaling_init = 2.0
+
+    tq = FloorConstAct.tensor_quant
+    assert type(tq.scaling_impl) is ConstScaling
+    assert type(tq.int_quant.float_to_int_impl) is FloorSte
+    x = rand((4, 6), seed=3)
+    y, scale, _, _ = tq(x)
+    s = torch.tensor(2.0) / torch.tensor(128.0)
+    assert torch.equal(scale, s)
+    assert torch.equal(y, torch.clamp(torch.floor(x / s), -128.0, 127.0) * s)
+
+
+def test_solver_import_paths_match_brevitas():
+    from brevitas_cpp.quant.solver import (
+        ActQuantSolver,
+        BiasQuantSolver,
+        TruncQuantSolver,
+        WeightQuantSolver,
+    )
+    from brevitas_cpp.quant.solver.weight import WeightQuantSolver as FromSubmodule
+
+    assert WeightQuantSolver is inject_solver.WeightQuantSolver is FromSubmodule
+    assert ActQuantSolver is inject_solver.ActQuantSolver
+    assert BiasQuantSolver is inject_solver.BiasQuantSolver
+    assert TruncQuantSolver is inject_solver.TruncQuantSolver
+
+
+def build(name):
+    """The tensor quantizer of an exported quantizer, in the context its kind of proxy gives,
+    and a call of it."""
+    q = getattr(quant_pkg, name)
+    torch.manual_seed(0)
+    layer = nn.Conv2d(3, 4, 3)
+    if "Weight" in name:
+        tq = q.let(module=layer, tracked_parameter_list=[layer.weight]).tensor_quant
+        return tq, lambda: tq(layer.weight.detach().clone())
+    if "Bias" in name:
+        tq = q.let(module=layer, tracked_parameter_list=[layer.bias]).tensor_quant
+        if q.requires_input_scale:
+            return tq, lambda: tq(layer.bias, torch.tensor(0.01))
+        return tq, lambda: tq(layer.bias)
+    if name.startswith(("Trunc", "Round")):
+        tq = q.tensor_quant
+        x = torch.arange(-20.0, 20.0) * 0.5
+        return tq, lambda: tq(x, torch.tensor(0.5), torch.tensor(0.0), torch.tensor(12.0), True)
+    tq = q.let(min_val=-1.0, max_val=1.0).tensor_quant
+    return tq, lambda: tq(rand((3, 5), seed=4))
+
+
+# IntBias leaves bit_width to the user (test_scaled_int checks the error).
+@pytest.mark.parametrize("name", sorted(n for n in quant_pkg.__all__
+                                        if not n.startswith("None") and n != "IntBias"))
+def test_every_quantizer_builds_runs_and_scripts(name):
+    tq, call = build(name)
+    y, scale, zero_point, bit_width = call()
+    assert torch.isfinite(y).all() and bool((scale > 0).all())
+    assert float(bit_width) in (1.0, 2.0, 8.0, 16.0, 24.0, 32.0)
+    if JIT_ENABLED:
+        assert isinstance(tq, torch.jit.ScriptModule)
+
+
+def test_quantizer_lists_match_brevitas_names():
+    expected = {
+        "Int8WeightPerTensorFloat", "Int8WeightPerChannelFloat", "Int8ActPerTensorFloat",
+        "Uint8ActPerTensorFloat", "Int8ActPerTensorFloatMinMaxInit",
+        "Uint8ActPerTensorFloatMaxInit",
+        "IntBias", "Int8Bias", "Int16Bias", "Int24Bias", "Int32Bias",
+        "Int8BiasPerTensorFloatInternalScaling", "TruncTo8bit", "RoundTo8bit",
+        "ShiftedUint8WeightPerTensorFloat", "ShiftedUint8WeightPerChannelFloat",
+        "ShiftedUint8ActPerTensorFloat", "Int8WeightPerTensorFixedPoint",
+        "Int8WeightPerChannelFixedPoint", "Int8ActPerTensorFixedPoint",
+        "Uint8ActPerTensorFixedPoint", "Int8BiasPerTensorFixedPointInternalScaling",
+        "Uint8ActPerTensorFixedPointMaxInit", "SignedBinaryWeightPerTensorConst",
+        "SignedBinaryActPerTensorConst", "SignedTernaryWeightPerTensorConst",
+        "SignedTernaryActPerTensorConst", "NoneWeightQuant", "NoneActQuant", "NoneBiasQuant",
+        "NoneTruncQuant"}
+    assert set(quant_pkg.__all__) == expected
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(bit_width=0), r"Int8WeightPerTensorFloat: bit_width must be an int >= 1, got 0"),
+    (dict(bit_width=7.5), r"Int8WeightPerTensorFloat: bit_width must be an int >= 1, got 7.5"),
+    (dict(restrict_scaling_type="log2"),
+     r"Int8WeightPerTensorFloat: restrict_scaling_type='log2' is not a valid RestrictValueType; "
+     r"accepted \(case-insensitive\): FP, LOG_FP, INT, POWER_OF_TWO"),
+    (dict(scaling_stats_op="mean"),
+     r"Int8WeightPerTensorFloat: scaling_stats_op='mean' is not a valid StatsOp"),
+    (dict(scaling_impl_type="learned"),
+     r"Int8WeightPerTensorFloat: scaling_impl_type='learned' is not a valid ScalingImplType"),
+])
+def test_injection_time_errors_name_quantizer_and_attribute(kwargs, message):
+    w = nn.Parameter(rand((3, 4), seed=5))
+    with pytest.raises(QuantizerSolveError, match=message):
+        Int8WeightPerTensorFloat.let(tracked_parameter_list=[w], **kwargs).tensor_quant
+
+
+def test_per_channel_weights_without_the_layer():
+    w = nn.Parameter(rand((3, 4), seed=6))
+    with pytest.raises(QuantizerSolveError, match=r"Int8WeightPerChannelFloat: .* no `module` "
+                                                  r"was given"):
+        Int8WeightPerChannelFloat.let(tracked_parameter_list=[w]).tensor_quant

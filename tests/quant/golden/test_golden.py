@@ -1,0 +1,302 @@
+"""brevitas_cpp's quantizers against golden numbers recorded from Brevitas 0.12.
+
+brevitas_0_12.pt is written by generate.py (run by hand with Brevitas installed; see README.md).
+Each recorded case carries its own plain-data spec: which quantizer, which class attributes
+(composition by inheritance), which let() keywords, how it is called. Here the same quantizer is
+rebuilt from brevitas_cpp.quant, the recorded inputs and SGD steps are replayed, and compared:
+
+- value, scale, zero point and bit width returned at every step: bit for bit (float32);
+- eval-mode outputs of a fresh quantizer, during training, after it, and after a state_dict
+  round trip into a fresh quantizer: bit for bit;
+- state_dict keys at every step; buffers bit for bit;
+- gradients of the recorded loss sum(out * g) to the inputs and every learned parameter, and the
+  learned tensors SGD updates from them: within float32 summation error (see grad_atol).
+
+Why gradients are not bit for bit: the fused C++ ops reduce the scale/zero-point gradient
+themselves (in another order than PyTorch's autograd of Brevitas's composition), and every
+gradient that flows through a statistic (the abs-max element of a weight, a learned scale)
+carries that rounding. So after comparing a step, the learned tensors are set to Brevitas's
+values, which keeps every step's forward comparison exact instead of drifting by an ulp.
+"""
+
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+import pytest
+import torch
+
+from brevitas_cpp import config
+
+GOLDEN_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "brevitas_0_12.pt")
+GOLDEN: Dict[str, Any] = torch.load(GOLDEN_FILE)
+CASES: Dict[str, Dict[str, Any]] = GOLDEN["cases"]
+
+GRAD_RTOL = 1e-6
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def grad_atol(out: torch.Tensor, scale: torch.Tensor, g: torch.Tensor) -> float:
+    """Worst-case float32 error of summing the loss's terms in another order: every gradient
+    term is g_i times at most the largest integer value |out / scale| (times a factor <= 1 of
+    the scale's own derivative), so the sum is off by at most eps32 * sum|g| * max|out / scale|."""
+    q_max = float((out.detach() / scale.detach()).abs().max()) if out.numel() else 1.0
+    return EPS32 * float(g.abs().sum()) * max(1.0, q_max)
+
+
+# ---- comparisons -------------------------------------------------------------------------------
+
+
+def _same_kind(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str) -> bool:
+    """Checks None-ness, type, dtype and shape; False when both are None (nothing to compare)."""
+    if expected is None or actual is None:
+        assert actual is None and expected is None, f"{what}: got {actual}, want {expected}"
+        return False
+    assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}, want a tensor"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, want {expected.dtype}"
+    assert actual.shape == expected.shape, (
+        f"{what}: shape {tuple(actual.shape)}, want {tuple(expected.shape)}")
+    return True
+
+
+def assert_exact(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str) -> None:
+    if not _same_kind(actual, expected, what):
+        return
+    a = actual.detach()
+    if not torch.equal(a, expected):
+        bad = (a != expected).nonzero()
+        first = tuple(bad[0].tolist()) if bad.numel() else ()
+        raise AssertionError(
+            f"{what}: {len(bad)} of {expected.numel()} elements differ; first at {first}: "
+            f"got {a[first].item()!r}, want {expected[first].item()!r}")
+
+
+def assert_near(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str,
+                atol: float) -> None:
+    if not _same_kind(actual, expected, what):
+        return
+    if torch.equal(actual.detach(), expected):  # the common case, and much cheaper
+        return
+    torch.testing.assert_close(actual.detach(), expected, rtol=GRAD_RTOL, atol=atol,
+                               msg=lambda m: f"{what}: {m}")
+
+
+def assert_outputs(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str) -> None:
+    assert len(actual) == len(expected), f"{what}: {len(actual)} outputs, want {len(expected)}"
+    for name, a, e in zip(("value", "scale", "zero_point", "bit_width"), actual, expected):
+        assert_exact(a, e, f"{what} {name}")
+
+
+# ---- rebuilding a recorded case with brevitas_cpp ------------------------------------------------
+
+
+def decode(value: Any) -> Any:
+    """Enum members are recorded as {"__enum__": class name, "name": member name}."""
+    if isinstance(value, dict) and "__enum__" in value:
+        from brevitas_cpp.inject import enum as cenum
+        return getattr(cenum, value["__enum__"])[value["name"]]
+    return value
+
+
+def make_layer(layer_spec, state: Dict[str, torch.Tensor]) -> torch.nn.Module:
+    kind, args = layer_spec
+    layer = torch.nn.Conv2d(*args) if kind == "conv2d" else torch.nn.Linear(*args)
+    layer.load_state_dict(state)
+    # What Brevitas's quant layers expose and its solvers read (the recording set them too).
+    layer.output_channel_dim = 0
+    if kind == "linear":
+        layer.out_channels = layer.out_features
+    return layer
+
+
+def build_tensor_quant(spec: Dict[str, Any], layer: Optional[torch.nn.Module]) -> torch.nn.Module:
+    from brevitas_cpp import quant as cquant
+
+    base = getattr(cquant, spec["quantizer"])
+    attrs = {k: decode(v) for k, v in spec["attrs"].items()}
+    lets = {k: decode(v) for k, v in spec["let"].items() if v is not None}
+    q = type(spec["name"], (base,), attrs) if attrs else base
+    if lets:
+        q = q.let(**lets)
+    if spec["kind"] == "weight":
+        q = q.let(module=layer, tracked_parameter_list=[layer.weight])
+    elif spec["kind"] in ("bias", "bias_internal"):
+        q = q.let(module=layer, tracked_parameter_list=[layer.bias])
+    return q.tensor_quant
+
+
+def plain_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in module.state_dict().items()}
+
+
+class Replay:
+    """Drives brevitas_cpp's quantizer through the recorded steps of one case."""
+
+    def __init__(self, record: Dict[str, Any]) -> None:
+        self.record = record
+        self.spec = record["spec"]
+        self.kind = self.spec["kind"]
+        self.layer = (make_layer(self.spec["layer"], record["layer_state"])
+                      if "layer" in self.spec else None)
+        self.tq = build_tensor_quant(self.spec, self.layer)
+        self.tq.train()
+
+    def tracked(self) -> torch.Tensor:
+        return self.layer.weight if self.kind == "weight" else self.layer.bias
+
+    def call(self, inputs: Dict[str, Any]):
+        if self.kind in ("weight", "bias_internal", "act"):
+            return self.tq(inputs["x"])
+        if self.kind == "bias":
+            return self.tq(inputs["x"], inputs["input_scale"])
+        return self.tq(inputs["x"], inputs["scale"], inputs["zero_point"], inputs["input_bit_width"],
+                       inputs["signed"])
+
+    def step_inputs(self, k: int) -> Dict[str, Any]:
+        steps = self.record["steps"]
+        if self.kind in ("weight", "bias_internal", "bias"):
+            inputs: Dict[str, Any] = {"x": self.tracked()}
+            if self.kind == "bias":
+                inputs["input_scale"] = steps["in:input_scale"][k].clone().requires_grad_()
+            return inputs
+        if self.kind == "trunc":
+            return {
+                "x": steps["in:x"][k].clone().requires_grad_(),
+                "scale": steps["in:scale"][k].clone().requires_grad_(),
+                "zero_point": steps["in:zero_point"][k].clone().requires_grad_(),
+                "input_bit_width": steps["in:input_bit_width"][k].clone(),
+                "signed": bool(steps["in:signed"][k]),
+            }
+        return {"x": steps["in:x"][k].clone().requires_grad_()}
+
+    def sync_tracked(self, k: int, atol: float) -> None:
+        """Our tracked weight/bias, moved by our own SGD steps, must be Brevitas's up to the
+        gradient tolerance; then it is set to Brevitas's exactly (see the module docstring)."""
+        if self.layer is None:
+            return
+        expected = self.record["steps"]["in:x"][k]
+        assert_near(self.tracked(), expected, f"step {k} tracked tensor before forward", atol)
+        with torch.no_grad():
+            self.tracked().copy_(expected)
+
+    def sync_learned(self, expected_state: Dict[str, torch.Tensor]) -> None:
+        """Set each learned parameter that its state_dict entry holds as is to Brevitas's value
+        (a runtime-stats scale saves its statistics instead while collecting: left alone)."""
+        held = self.tq.state_dict(keep_vars=True)
+        with torch.no_grad():
+            for name, p in self.tq.named_parameters():
+                if held.get(name) is p and name in expected_state:
+                    p.copy_(expected_state[name])
+
+    def eval_outputs(self) -> List[List[torch.Tensor]]:
+        self.tq.eval()
+        try:
+            with torch.no_grad():
+                if self.kind == "act":
+                    outs = [self.call(inp) for inp in self.record["eval_inputs"]]
+                elif self.kind == "trunc":
+                    inp = dict(self.record["trunc_eval_input"])
+                    inp["signed"] = bool(inp["signed"])
+                    outs = [self.call(inp)]
+                elif self.kind == "bias":
+                    outs = [self.call({"x": self.tracked(),
+                                       "input_scale": self.record["bias_eval_input_scale"]})]
+                else:
+                    outs = [self.call({"x": self.tracked()})]
+        finally:
+            self.tq.train()
+        return [[o.detach().clone() for o in out] for out in outs]
+
+    def check_eval(self, expected: List[List[torch.Tensor]], what: str) -> None:
+        actual = self.eval_outputs()
+        assert len(actual) == len(expected)
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_outputs(a, e, f"{what} eval input {i}")
+
+
+def assert_state(actual: Dict[str, torch.Tensor], expected: Dict[str, torch.Tensor], what: str,
+                 learned_atol: Optional[float]) -> None:
+    """Keys equal; learned parameters (given learned_atol, after an SGD step) near, the rest exact."""
+    assert sorted(actual) == sorted(expected), (
+        f"{what}: state_dict keys {sorted(actual)}, want {sorted(expected)}")
+    for key, value in expected.items():
+        if learned_atol is not None and actual[key].is_floating_point():
+            assert_near(actual[key], value, f"{what} state_dict[{key!r}]", learned_atol)
+        else:
+            assert_exact(actual[key], value, f"{what} state_dict[{key!r}]")
+
+
+def optimizer_for(replay: Replay, lr: Dict[str, float]) -> Optional[torch.optim.Optimizer]:
+    """The recording's SGD: the quantizer's parameters at lr['param'], the tracked tensor at
+    lr['weight'] (plain SGD updates each tensor on its own, so the order does not matter)."""
+    learned = list(replay.tq.parameters())
+    groups = [{"params": learned, "lr": lr["param"]}] if learned else []
+    if replay.layer is not None:
+        groups.append({"params": [replay.tracked()], "lr": lr["weight"]})
+    return torch.optim.SGD(groups) if groups else None
+
+
+# ---- the tests -----------------------------------------------------------------------------------
+
+
+def test_golden_file_is_from_brevitas_0_12():
+    assert GOLDEN["brevitas"].startswith("0.12"), GOLDEN["brevitas"]
+    assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_brevitas(name: str) -> None:
+    record = CASES[name]
+    replay = Replay(record)
+    tq = replay.tq
+    if config.JIT_ENABLED:
+        assert isinstance(tq, torch.jit.ScriptModule), f"{type(tq).__name__} is not scripted"
+
+    param_names = [n for n, _ in tq.named_parameters()]
+    assert sorted(param_names) == sorted(record["param_names"]), "learned parameters"
+    assert_state(plain_state(tq), record["init_state"], "initial", None)
+    replay.check_eval(record["fresh_eval"], "fresh quantizer")
+
+    lr = record["lr"]
+    opt = optimizer_for(replay, lr)
+    steps = record["steps"]
+    state_keys = [k for k in steps if k.startswith("state:")]
+    n_out = len([k for k in steps if k.startswith("out:")])
+    atol = 0.0  # the previous step's gradient tolerance, for what SGD moved with it
+    for k in range(record["n_steps"]):
+        what = f"step {k}"
+        replay.sync_tracked(k, lr["weight"] * atol)
+        inputs = replay.step_inputs(k)
+        out = replay.call(inputs)
+        assert_outputs(out, [steps[f"out:{i}"][k] for i in range(n_out)], what)
+
+        g = steps["g"][k]
+        atol = grad_atol(out[0], out[1], g)
+        (out[0] * g).sum().backward()
+        for arg, value in inputs.items():
+            key = "grad:" + arg
+            if key in steps:
+                assert_near(value.grad, steps[key][k], f"{what} d loss / d {arg}", atol)
+        for pname, p in tq.named_parameters():
+            assert_near(p.grad, steps["grad:param:" + pname][k], f"{what} d loss / d {pname}", atol)
+
+        if opt is not None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        expected_state = {key[len("state:"):]: steps[key][k] for key in state_keys}
+        expected_state = {n: v for n, v in expected_state.items() if v is not None}
+        assert_state(plain_state(tq), expected_state, what + " after SGD", lr["param"] * atol)
+        replay.sync_learned(expected_state)
+        if k in record["eval_during"]:
+            replay.check_eval(record["eval_during"][k], what)
+
+    replay.check_eval(record["final_eval"], "after training")
+    assert_state(plain_state(tq), record["final_state"], "final", None)
+
+    # A fresh quantizer loaded with the trained state_dict (around the trained tracked tensor)
+    # reproduces the trained eval outputs.
+    fresh = Replay(record)
+    fresh.tq.load_state_dict(tq.state_dict())
+    if fresh.layer is not None:
+        with torch.no_grad():
+            fresh.tracked().copy_(replay.tracked())
+    fresh.check_eval(record["final_eval"], "reloaded state_dict")

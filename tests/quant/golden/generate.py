@@ -19,12 +19,19 @@ Every step runs in training mode: forward, loss = sum(out * g) for a fixed rando
 then one SGD step (no momentum) on the learned tensors. Outputs, gradients and the state_dict
 after the SGD step are recorded for every step; eval-mode outputs are recorded for a fresh
 quantizer, at a few points during training and after it.
+
+Every case is recorded twice: in float32 (CASES, the numbers brevitas_cpp must match bit for bit)
+and in float64 (FLOAT64_CASES, derived from CASES by float64_variant). A float64 case builds the
+quantizer exactly as its float32 case does, then converts it and its layer with .to(float64) (as
+`.double()` does) and feeds it float64 inputs. Its gradients are compared to 1e-6 relative: in
+float64 the order in which a gradient's terms are summed no longer matters at that level, so the
+comparison checks the math itself, which float32 summation rounding hides.
 """
 
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import torch
 
@@ -50,12 +57,18 @@ def weight(name, quantizer, layer, attrs=None, let=None, steps=3):
                 let=let or {}, steps=steps)
 
 
+def eval_points(collect: int, steps: int) -> List[int]:
+    """Steps after which eval outputs are recorded: during warm-up, at its last step, at the
+    switch to the learned scale and at the end."""
+    return sorted({0, max(collect // 2, 1), collect - 1, collect, steps - 1} & set(range(steps)))
+
+
 def act(name, quantizer, shape, attrs=None, let=None, steps=None, collect=DEFAULT_COLLECT,
         spread=2.0):
     # Enough steps to cover the statistics warm-up, the switch to the learned parameter and a
     # few updates of it.
     steps = steps if steps is not None else collect + 5
-    eval_at = sorted({0, max(collect // 2, 1), collect - 1, collect, steps - 1} & set(range(steps)))
+    eval_at = eval_points(collect, steps)
     return dict(name=name, quantizer=quantizer, kind="act", shape=shape, attrs=attrs or {},
                 let=let or {}, steps=steps, eval_at=eval_at, spread=spread)
 
@@ -137,6 +150,32 @@ CASES: List[Dict[str, Any]] = [
 ]
 
 
+# ---- float64 variants --------------------------------------------------------------------------
+
+FLOAT64_COLLECT = 3  # collect_stats_steps of the float64 runtime-stats activation variants
+
+
+def uses_runtime_stats(spec: Dict[str, Any]) -> bool:
+    """An activation quantizer whose scale starts from runtime statistics (Brevitas's
+    ParameterFromRuntimeStatsScaling), read from the quantizer's own injector."""
+    return (spec["kind"] == "act" and
+            quantizer_class(spec).scaling_impl_type == benum.ScalingImplType.PARAMETER_FROM_STATS)
+
+
+def float64_variant(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """The float64 case of a float32 case: same composition and steps, float64 throughout. A
+    runtime-stats activation collects statistics for FLOAT64_COLLECT steps instead (its own case,
+    named *_collect3), so that the warm-up, the switch and two learned steps fit in six steps."""
+    variant = dict(spec, dtype="float64")
+    if uses_runtime_stats(spec):
+        steps = FLOAT64_COLLECT + 3
+        variant.update(
+            name=f"{spec['name']}_collect{FLOAT64_COLLECT}",
+            let=dict(spec["let"], collect_stats_steps=FLOAT64_COLLECT),
+            steps=steps, eval_at=eval_points(FLOAT64_COLLECT, steps))
+    return variant
+
+
 # ---- building ----------------------------------------------------------------------------------
 
 
@@ -207,6 +246,7 @@ class Recorder:
 
     def __init__(self, spec: Dict[str, Any]) -> None:
         self.spec = spec
+        self.dtype = getattr(torch, spec.get("dtype", "float32"))
         self.gen = torch.Generator().manual_seed(SEED)  # data, independent of module init
         torch.manual_seed(SEED)
         self.layer = make_layer(spec["layer"]) if "layer" in spec else None
@@ -220,12 +260,16 @@ class Recorder:
         elif kind in ("bias", "bias_internal"):
             q = q.let(module=self.layer, tracked_parameter_list=[self.layer.bias])
         self.tq = q.tensor_quant
+        # Built in float32 like its float32 case, then converted, as a model is by .double().
+        if self.layer is not None:
+            self.layer.to(self.dtype)
+        self.tq.to(self.dtype)
         self.tq.train()
         self.record["init_state"] = state_of(self.tq)
         self.record["param_names"] = [n for n, _ in self.tq.named_parameters()]
 
     def randn(self, *shape: int, spread: float = 1.0, shift: float = 0.0) -> torch.Tensor:
-        return torch.randn(shape, generator=self.gen) * spread + shift
+        return torch.randn(shape, generator=self.gen, dtype=self.dtype) * spread + shift
 
     # -- inputs per kind: a dict of named call arguments; tensors marked in `leaves` get grads --
 
@@ -239,20 +283,22 @@ class Recorder:
             # per-tensor (as the proxy's view(-1) of a scalar) on even steps, per-channel on odd
             n = self.layer.bias.shape[0]
             shape = (1,) if k % 2 == 0 else (n,)
-            scale = (torch.rand(shape, generator=self.gen) * 0.02 + 0.001).requires_grad_()
+            scale = torch.rand(shape, generator=self.gen, dtype=self.dtype) * 0.02 + 0.001
+            scale.requires_grad_()
             return {"x": self.layer.bias, "input_scale": scale}
         if kind == "trunc":
             # an accumulator: integers on input_bit_width bits times a scale, plus its zero point
             ibw, signed = [(16, True), (12, False), (10, True), (20, True)][k]
             per_channel = k == 2
             lo, hi = (-(2**(ibw - 1)), 2**(ibw - 1)) if signed else (0, 2**ibw)
-            ints = torch.randint(lo, hi, (2, 3, 4), generator=self.gen).float()
+            ints = torch.randint(lo, hi, (2, 3, 4), generator=self.gen).to(self.dtype)
             sshape = (1, 3, 1) if per_channel else ()
-            scale = torch.rand(sshape, generator=self.gen) * 0.1 + 0.01
-            zp = torch.tensor(0.) if signed else torch.tensor(float(2**(ibw - 1)))
+            scale = torch.rand(sshape, generator=self.gen, dtype=self.dtype) * 0.1 + 0.01
+            zp = torch.tensor(0. if signed else float(2**(ibw - 1)), dtype=self.dtype)
             x = ((ints - zp) * scale).detach().requires_grad_()
             return {"x": x, "scale": scale.requires_grad_(), "zero_point": zp.requires_grad_(),
-                    "input_bit_width": torch.tensor(float(ibw)), "signed": signed}
+                    "input_bit_width": torch.tensor(float(ibw), dtype=self.dtype),
+                    "signed": signed}
         # act: a drifting distribution so the statistics keep moving
         shape = self.spec["shape"]
         shift = 0.3 * math.sin(k / 7.0)
@@ -284,7 +330,8 @@ class Recorder:
             elif kind == "trunc":
                 outs = [self.call(self.step_in_for_eval)]
             elif kind == "bias":
-                outs = [self.call({"x": self.layer.bias, "input_scale": BIAS_EVAL_SCALE})]
+                outs = [self.call({"x": self.layer.bias,
+                                   "input_scale": BIAS_EVAL_SCALE.to(self.dtype)})]
             else:
                 outs = [self.call({"x": self.tracked()})]
         self.tq.train()
@@ -303,7 +350,7 @@ class Recorder:
                 k: snap(v) if isinstance(v, torch.Tensor) else v
                 for k, v in self.step_in_for_eval.items()}
         if spec["kind"] == "bias":
-            self.record["bias_eval_input_scale"] = BIAS_EVAL_SCALE.clone()
+            self.record["bias_eval_input_scale"] = BIAS_EVAL_SCALE.to(self.dtype, copy=True)
         self.record["fresh_eval"] = self.eval_call()
 
         learned = list(self.tq.parameters())
@@ -344,30 +391,47 @@ class Recorder:
         self.record["steps"] = stack(rows)
         self.record["n_steps"] = spec["steps"]
         self.record["eval_during"] = evals
+        if self.layer is not None and self.dtype != torch.float32:
+            # The tracked tensor after the last SGD step, which the float64 replay sets before its
+            # final eval (float32 records keep the layout they were first recorded with). Taken
+            # before that eval: SignedBinaryWeightPerTensorConst clamps its input in place.
+            self.record["final_tracked"] = snap(self.tracked())
         self.record["final_eval"] = self.eval_call()
         self.record["final_state"] = state_of(self.tq)
         return self.record
 
 
-def main() -> None:
-    torch.set_default_dtype(torch.float32)
-    names = [c["name"] for c in CASES]
-    assert len(set(names)) == len(names), "duplicate case names"
-    only = set(sys.argv[1:])
-    unknown = only - set(names)
-    assert not unknown, f"unknown case names: {sorted(unknown)}"
-    # Recording only some cases updates them in the existing file and keeps the others.
-    cases = torch.load(OUT_FILE)["cases"] if only and os.path.exists(OUT_FILE) else {}
-    for spec in CASES:
+def record_all(specs: List[Dict[str, Any]], previous: Dict[str, Any],
+               only: Set[str]) -> Dict[str, Any]:
+    """Records the cases named in `only` (all when empty), keeps the others from `previous`."""
+    cases = dict(previous) if only else {}
+    for spec in specs:
         if only and spec["name"] not in only:
             continue
         cases[spec["name"]] = Recorder(spec).run()
-        print("recorded", spec["name"])
-    cases = {c["name"]: cases[c["name"]] for c in CASES if c["name"] in cases}  # spec order
+        print("recorded", spec.get("dtype", "float32"), spec["name"])
+    return {c["name"]: cases[c["name"]] for c in specs if c["name"] in cases}  # spec order
+
+
+def main() -> None:
+    torch.set_default_dtype(torch.float32)
+    float64_cases = [float64_variant(c) for c in CASES]
+    for specs in (CASES, float64_cases):
+        names = [c["name"] for c in specs]
+        assert len(set(names)) == len(names), "duplicate case names"
+    # A name given as argument re-records that case in every list where it occurs.
+    only = set(sys.argv[1:])
+    unknown = only - {c["name"] for c in CASES + float64_cases}
+    assert not unknown, f"unknown case names: {sorted(unknown)}"
+    # Recording only some cases updates them in the existing file and keeps the others.
+    previous = torch.load(OUT_FILE) if only and os.path.exists(OUT_FILE) else {}
+    cases = record_all(CASES, previous.get("cases", {}), only)
+    cases64 = record_all(float64_cases, previous.get("cases_float64", {}), only)
     golden = {"brevitas": brevitas.__version__, "torch": str(torch.__version__), "seed": SEED,
-              "cases": cases}
+              "cases": cases, "cases_float64": cases64}
     torch.save(golden, OUT_FILE)
-    print(f"wrote {OUT_FILE}: {os.path.getsize(OUT_FILE)} bytes, {len(cases)} cases")
+    print(f"wrote {OUT_FILE}: {os.path.getsize(OUT_FILE)} bytes, {len(cases)} float32 cases, "
+          f"{len(cases64)} float64 cases")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,7 @@ IGNORE_MISSING_KEYS: bool = env_to_bool("BREVITAS_IGNORE_MISSING_KEYS", False)
 
 # Set by export code to save tracked parameters that quantizers normally leave out.
 _FULL_STATE_DICT: bool = False
+# Set while a quant layer runs its forward (proxies read it to tell a layer call from a direct one).
+_IS_INSIDE_QUANT_LAYER = None
+# Set by export code while a model is being exported.
+_ONGOING_EXPORT = None

@@ -1,0 +1,350 @@
+"""torch functions whose output on an IntQuantTensor is a new integer grid: concatenation,
+the weight layers (linear, convolutions, transposed convolutions, embedding) and average
+pooling. Each handler computes the function on the dequantized values and derives the
+output's scale and accumulator bit width with Brevitas 0.12's formulas.
+
+`INT_QUANT_TENSOR_FN_HANDLER` maps the torch function to its handler; `FN_ACC_BITWIDTH_MAPPING`
+maps it to the worst-case accumulator bit width of its integer computation."""
+
+import math
+import warnings
+from functools import reduce
+from operator import mul
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+import torch.nn.functional as F
+
+from brevitas_cpp.function import ceil_ste, max_int
+from brevitas_cpp.quant_tensor.base_quant_tensor import QuantTensor, _unpack_quant_tensor
+
+__all__ = [
+    "FN_ACC_BITWIDTH_MAPPING",
+    "INT_QUANT_TENSOR_FN_HANDLER",
+    "create_int_quant_tensor",
+    "implements_int_qt",
+    "max_acc_bit_width_avg_pool2d",
+    "max_acc_bit_width_convNd",
+    "max_acc_bit_width_convtransposeNd",
+    "max_acc_bit_width_linear",
+    "quant_layer",
+    "quant_output_scale_impl",
+]
+
+INT_QUANT_TENSOR_FN_HANDLER: Dict[Callable, Callable] = {}
+
+
+def implements_int_qt(torch_function: Callable) -> Callable[[Callable], Callable]:
+    """Register the decorated function as the IntQuantTensor handler of torch_function."""
+
+    def register(handler: Callable) -> Callable:
+        INT_QUANT_TENSOR_FN_HANDLER[torch_function] = handler
+        return handler
+
+    return register
+
+
+def _int_quant_tensor_type() -> type:
+    # Imported late: int_quant_tensor imports this module to build its dispatch table.
+    from brevitas_cpp.quant_tensor.int_quant_tensor import IntQuantTensor
+    return IntQuantTensor
+
+
+# ---- shape helpers -----------------------------------------------------------------------------
+
+
+def _channel_view_shape(tensor: Tensor, channel_dim: int) -> Tuple[int, ...]:
+    """(1, ..., -1, ..., 1) with tensor's rank: the view that puts a per-channel vector on channel_dim."""
+    shape = [1] * tensor.dim()
+    shape[channel_dim] = -1
+    return tuple(shape)
+
+
+def _is_broadcastable(shape: Sequence[int], other: Sequence[int]) -> bool:
+    """Whether two shapes broadcast against each other (trailing dims equal or 1)."""
+    return all(a == 1 or b == 1 or a == b for a, b in zip(reversed(shape), reversed(other)))
+
+
+def _check_same_device(where: str, **tensors: Any) -> None:
+    """Raise if the given tensors (QuantTensors, tensors or None) are not all on one device."""
+    devices = [(name, _unpack_quant_tensor(t).device)
+               for name, t in tensors.items() if isinstance(t, (Tensor, QuantTensor))]
+    for name, device in devices[1:]:
+        if device != devices[0][1]:
+            raise RuntimeError(
+                f"{where}: {devices[0][0]} is on {devices[0][1]} but {name} is on {device}; "
+                f"move them to one device first")
+
+
+# ---- accumulator bit widths --------------------------------------------------------------------
+
+
+def max_acc_bit_width_convNd(
+        input_bit_width: Tensor, weight_bit_width: Tensor, weight_shape: Sequence[int], *args: Any,
+        **kwargs: Any) -> Tensor:
+    """Bits of the largest unsigned sum of in_channels * kernel_size products."""
+    max_uint_input = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
+    max_kernel_val = max_int(bit_width=weight_bit_width, signed=False, narrow_range=False)
+    in_channel = weight_shape[1]
+    kernel_size = math.prod(weight_shape[2:])
+    max_uint_output = max_uint_input * max_kernel_val * kernel_size * in_channel
+    return ceil_ste(torch.log2(max_uint_output))
+
+
+def max_acc_bit_width_linear(
+        input_bit_width: Tensor, weight_bit_width: Tensor, weight_shape: Sequence[int], *args: Any,
+        **kwargs: Any) -> Tensor:
+    """Bits of the largest unsigned sum of in_features products."""
+    max_uint_input = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
+    max_kernel_val = max_int(bit_width=weight_bit_width, signed=False, narrow_range=False)
+    in_channel = weight_shape[1]
+    max_uint_output = max_uint_input * max_kernel_val * in_channel
+    return ceil_ste(torch.log2(max_uint_output))
+
+
+def _per_dim(value: Union[int, Sequence[int]], n: int) -> List[int]:
+    """An int or a sequence of ints as one int per spatial dim."""
+    if isinstance(value, int):
+        return [value] * n
+    values = list(value)
+    return values * n if len(values) == 1 else values
+
+
+def max_acc_bit_width_convtransposeNd(
+        input_bit_width: Tensor, weight_bit_width: Tensor, weight_shape: Sequence[int], *args: Any,
+        **kwargs: Any) -> Tensor:
+    """Brevitas's bound for a transposed convolution: weight_shape[1] channels times the sum over
+    spatial dims of ceil(kernel / stride) (at least 1) overlapping products. Needs stride= (an int
+    or one per spatial dim)."""
+    kernel_shape = weight_shape[2:]
+    stride = _per_dim(kwargs['stride'], len(kernel_shape))
+    max_uint_input = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
+    max_kernel_val = max_int(bit_width=weight_bit_width, signed=False, narrow_range=False)
+    out_channel = weight_shape[1]
+    patch_size = 0
+    for s, k in zip(stride, kernel_shape):
+        patch_size += max(math.ceil(k / s), 1)
+    max_uint_output = max_uint_input * max_kernel_val * patch_size * out_channel
+    return ceil_ste(torch.log2(max_uint_output))
+
+
+def max_acc_bit_width_avg_pool2d(input_bit_width: Tensor, avg_scaling: int) -> Tensor:
+    """Bits of the largest unsigned sum of avg_scaling inputs."""
+    max_uint_input = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
+    max_uint_output = max_uint_input * avg_scaling
+    return ceil_ste(torch.log2(max_uint_output))
+
+
+FN_ACC_BITWIDTH_MAPPING: Dict[Callable, Callable] = {
+    F.linear: max_acc_bit_width_linear,
+    F.conv1d: max_acc_bit_width_convNd,
+    F.conv2d: max_acc_bit_width_convNd,
+    F.conv3d: max_acc_bit_width_convNd,
+    F.conv_transpose1d: max_acc_bit_width_convtransposeNd,
+    F.conv_transpose2d: max_acc_bit_width_convtransposeNd,
+    F.conv_transpose3d: max_acc_bit_width_convtransposeNd,
+    F.avg_pool2d: max_acc_bit_width_avg_pool2d,
+}
+
+
+# ---- weight layers -----------------------------------------------------------------------------
+
+
+def create_int_quant_tensor(
+        tensor: Tensor, scale: Tensor, bit_width: Tensor, zero_point: Tensor, signed: bool,
+        training: bool) -> Any:
+    return _int_quant_tensor_type()(
+        tensor, scale=scale, zero_point=zero_point, bit_width=bit_width, signed=signed,
+        training=training)
+
+
+def quant_output_scale_impl(
+        fn: Callable, inp: Tensor, quant_input_scale: Tensor,
+        quant_weight_scale: Tensor) -> Optional[Tensor]:
+    """input scale * weight scale, both viewed along the output channel dim (last for linear,
+    1 for convolutions); None when the two do not broadcast (e.g. a per-input-channel input scale)."""
+    channel_dim = -1 if fn == F.linear else 1
+    output_scale_shape = _channel_view_shape(inp, channel_dim)
+    quant_weight_scale = quant_weight_scale.view(output_scale_shape)
+    quant_input_scale = quant_input_scale.view(output_scale_shape)
+    if not _is_broadcastable(quant_weight_scale.shape, quant_input_scale.shape):
+        return None
+    return quant_weight_scale * quant_input_scale
+
+
+def quant_layer(
+        fn: Callable, quant_input: Any, quant_weight: Any, bias: Any, *args: Any,
+        **kwargs: Any) -> Any:
+    """fn on the values; an IntQuantTensor accumulator when input and weight are both
+    IntQuantTensors with zero zero points, otherwise the plain output tensor.
+
+    A bias that is not already on the accumulator grid (plain, or quantized with another scale)
+    is represented through the zero point: -bias / output_scale."""
+    int_quant_tensor = _int_quant_tensor_type()
+    _check_same_device(
+        f"{fn.__name__} on an IntQuantTensor", input=quant_input, weight=quant_weight, bias=bias)
+    output = fn(
+        _unpack_quant_tensor(quant_input),
+        _unpack_quant_tensor(quant_weight),
+        _unpack_quant_tensor(bias),
+        *args,
+        **kwargs)
+    if not (isinstance(quant_input, int_quant_tensor) and isinstance(quant_weight, int_quant_tensor)):
+        return output
+
+    max_acc_bit_width = FN_ACC_BITWIDTH_MAPPING[fn]
+    output_bit_width = max_acc_bit_width(
+        quant_input.bit_width, quant_weight.bit_width, quant_weight.value.shape, *args, **kwargs)
+    output_scale = quant_output_scale_impl(fn, quant_input.value, quant_input.scale, quant_weight.scale)
+    output_signed = quant_input.signed or quant_weight.signed
+    output_training = quant_input.training or quant_weight.training
+    output_zero_point = None
+
+    if bias is not None:
+        bias_is_quant = isinstance(bias, int_quant_tensor)
+        if output_scale is not None and (not bias_is_quant or
+                                         not torch.allclose(bias.scale, output_scale)):
+            # The channel dim of the output scale (Brevitas 0.12 always used dim 1 here, which
+            # misplaces a linear bias when the input has more than 2 dims).
+            channel_dim = -1 if fn == F.linear else 1
+            bias_shape = _channel_view_shape(_unpack_quant_tensor(quant_input), channel_dim)
+            output_zero_point = -_unpack_quant_tensor(bias).view(bias_shape) / output_scale
+        if bias_is_quant:
+            output_bit_width = torch.where(
+                bias.bit_width > output_bit_width, bias.bit_width, output_bit_width)
+            output_bit_width = output_bit_width + 1
+
+    if (quant_input.zero_point != 0.0).any() or (quant_weight.zero_point != 0.0).any():
+        warnings.warn(
+            f"{fn.__name__}: computing the zero point of the output accumulator of operands with "
+            f"non-zero zero points is not supported yet; returning a plain Tensor")
+        return output
+    if output_scale is None:
+        warnings.warn(
+            f"{fn.__name__}: the input scale {tuple(quant_input.scale.shape)} and weight scale "
+            f"{tuple(quant_weight.scale.shape)} do not broadcast along the output channels; "
+            f"could not compute the output scale, returning a plain Tensor")
+        return output
+    if output_zero_point is None:
+        output_zero_point = torch.zeros(1).type_as(output)
+    return create_int_quant_tensor(
+        output, output_scale, output_bit_width, output_zero_point, output_signed, output_training)
+
+
+@implements_int_qt(torch.cat)
+def cat_handler(tensors: Sequence[Any], dim: int = 0, out: Optional[Tensor] = None) -> Any:
+    return _int_quant_tensor_type().cat(tensors, dim, out=out)
+
+
+@implements_int_qt(F.linear)
+def linear_handler(input: Any, weight: Any, bias: Any = None) -> Any:  # noqa: A002 (torch's names)
+    return quant_layer(F.linear, input, weight, bias)
+
+
+def _register_conv(fn: Callable) -> None:
+    def handler(input: Any, weight: Any, bias: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+        return quant_layer(fn, input, weight, bias, *args, **kwargs)
+
+    handler.__name__ = f"{fn.__name__}_handler"
+    INT_QUANT_TENSOR_FN_HANDLER[fn] = handler
+
+
+for _conv in (F.conv1d, F.conv2d, F.conv3d):
+    _register_conv(_conv)
+del _conv
+
+
+def _register_conv_transpose(fn: Callable) -> None:
+    # Arguments are bound to keywords so the bit width bound finds stride however it was passed.
+    def handler(
+            input: Any,  # noqa: A002
+            weight: Any,
+            bias: Any = None,
+            stride: Any = 1,
+            padding: Any = 0,
+            output_padding: Any = 0,
+            groups: int = 1,
+            dilation: Any = 1) -> Any:
+        return quant_layer(
+            fn, input, weight, bias, stride=stride, padding=padding, output_padding=output_padding,
+            groups=groups, dilation=dilation)
+
+    handler.__name__ = f"{fn.__name__}_handler"
+    INT_QUANT_TENSOR_FN_HANDLER[fn] = handler
+
+
+for _conv in (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d):
+    _register_conv_transpose(_conv)
+del _conv
+
+
+@implements_int_qt(F.embedding)
+def embedding_handler(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+    """Rows of a per-tensor quantized weight keep its metadata; a plain weight gives a plain tensor."""
+    int_quant_tensor = _int_quant_tensor_type()
+    out = F.embedding(_unpack_quant_tensor(input), _unpack_quant_tensor(weight), *args, **kwargs)
+    if not isinstance(weight, int_quant_tensor):
+        return out
+    for name in ("scale", "zero_point", "bit_width"):
+        field = getattr(weight, name)
+        if field.numel() > 1:
+            raise RuntimeError(
+                f"embedding on an IntQuantTensor weight: only per-tensor quantization is "
+                f"supported, got {name} of shape {tuple(field.shape)}")
+    return int_quant_tensor(
+        out, weight.scale, weight.zero_point, weight.bit_width, weight.signed, weight.training)
+
+
+# ---- average pooling ---------------------------------------------------------------------------
+
+
+def _kernel_area(kernel_size: Union[int, Sequence[int]]) -> int:
+    """Number of elements of a 2d pooling window given as an int or a 1- or 2-sequence."""
+    if isinstance(kernel_size, int):
+        return kernel_size * kernel_size
+    sizes = _per_dim(kernel_size, 2)
+    return sizes[0] * sizes[1]
+
+
+def _sum_pooled(quant_input: Any, pooled: Tensor, window: int) -> Any:
+    """An average of `window` levels is their sum on a grid `window` times finer."""
+    out = quant_input.set(value=pooled)
+    out = out.set(scale=out.scale / window)
+    return out.set(bit_width=max_acc_bit_width_avg_pool2d(out.bit_width, window))
+
+
+@implements_int_qt(F.avg_pool2d)
+def avg_pool2d_handler(
+        input: Any,  # noqa: A002
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: Optional[int] = None) -> Any:
+    pooled = F.avg_pool2d(
+        _unpack_quant_tensor(input), kernel_size, stride, padding, ceil_mode, count_include_pad,
+        divisor_override)
+    window = divisor_override if divisor_override is not None else _kernel_area(kernel_size)
+    return _sum_pooled(input, pooled, window)
+
+
+def compute_adaptive_kernel_size_stride(
+        input_shape: Sequence[int], output_shape: Sequence[int]) -> Tuple[List[int], List[int]]:
+    """Kernel size and stride of the fixed pooling an adaptive pooling amounts to, per spatial dim
+    (Brevitas's TruncAdaptiveAvgPool2d.compute_kernel_size_stride)."""
+    kernel_sizes, strides = [], []
+    for inp, out in zip(input_shape, output_shape):
+        stride = inp // out
+        kernel_sizes.append(inp - (out - 1) * stride)
+        strides.append(stride)
+    return kernel_sizes, strides
+
+
+@implements_int_qt(F.adaptive_avg_pool2d)
+def adaptive_avg_pool2d_handler(input: Any, output_size: Any) -> Any:  # noqa: A002
+    value = _unpack_quant_tensor(input)
+    pooled = F.adaptive_avg_pool2d(value, output_size)
+    kernel_sizes, _ = compute_adaptive_kernel_size_stride(value.shape[-2:], pooled.shape[-2:])
+    return _sum_pooled(input, pooled, reduce(mul, kernel_sizes, 1))

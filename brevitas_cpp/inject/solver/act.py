@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from brevitas_cpp.core.quant import ClampedBinaryQuant, RescalingIntQuant, TernaryQuant
+from brevitas_cpp.core.quant import ClampedBinaryQuant
 from brevitas_cpp.core.scaling import (
     SCALAR_SHAPE,
     ConstScaling,
@@ -14,7 +14,7 @@ from brevitas_cpp.core.scaling import (
     ParameterScaling,
     RuntimeStatsScaling,
 )
-from brevitas_cpp.inject.enum import QuantType, ScalingImplType, ScalingPerOutputType
+from brevitas_cpp.inject.enum import ScalingImplType, ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
 from brevitas_cpp.inject.solver.common import (
     QuantizerSolveError,
@@ -29,11 +29,12 @@ from brevitas_cpp.inject.solver.common import (
     SolveStatsReduceDimFromEnum,
     SolveTensorQuantFloatToIntImplFromEnum,
     quantizer_name,
-    require_signed,
+    solve_scaled_tensor_quant,
     to_enum,
     unsupported,
 )
-from brevitas_cpp.inject.solver.parameter import SolveInputViewImpl, _init_as_tensor
+from brevitas_cpp.inject.solver.parameter import SolveInputViewImpl, _SolveScalingInitFromImpl
+from brevitas_cpp.proxy.runtime_quant import ActQuantProxyFromInjector
 
 __all__ = [
     "ConvertRuntimeStatsToParameter",
@@ -114,22 +115,13 @@ class SolveActScalingImplFromEnum(SolveAffineRescalingFromEnum):
 
 class SolveActTensorQuantFromEnum(SolveIntQuantFromEnum):
 
+    # Binary activations are clamped to [-scale, scale] first.
     @value
     def tensor_quant(quant_type, __self__, signed=None):
-        kind = to_enum(QuantType, quant_type, "quant_type", __self__)
-        if kind == QuantType.FP:
-            return None
-        if kind == QuantType.INT:
-            return RescalingIntQuant
-        require_signed(kind, signed, __self__)
-        return TernaryQuant if kind == QuantType.TERNARY else ClampedBinaryQuant
+        return solve_scaled_tensor_quant(quant_type, signed, __self__, ClampedBinaryQuant)
 
 
-class SolveActScalingInitFromEnum(ExtendedInjector):
-
-    @value
-    def scaling_init(scaling_init_impl):
-        return _init_as_tensor(scaling_init_impl)
+class SolveActScalingInitFromEnum(_SolveScalingInitFromImpl):
 
     @value
     def scaling_init_impl(scaling_impl_type, __self__):
@@ -194,6 +186,5 @@ class ActQuantSolver(SolveActTensorQuantFromEnum,
                      SolveScaleSignedness):
     """Turns enum settings into activation quantization blocks. List it last among a quantizer's
     bases: earlier bases (and the quantizer's own attributes) override it.
-
-    ``proxy_class`` (Brevitas's ActQuantProxyFromInjector) is added with brevitas_cpp.proxy.
     """
+    proxy_class = ActQuantProxyFromInjector

@@ -26,6 +26,7 @@ from brevitas_cpp.inject.solver.parameter import (
     require_module,
 )
 from brevitas_cpp.inject.solver.weight import shared_property
+from brevitas_cpp.proxy.parameter_quant import BiasQuantProxyFromInjector
 
 __all__ = [
     "BiasQuantSolver",
@@ -87,6 +88,5 @@ class BiasQuantSolver(SolveScalingStatsInputViewShapeImplFromEnum,
                       SolveInputViewImpl):
     """Turns enum settings into bias quantization blocks. List it last among a quantizer's
     bases: earlier bases (and the quantizer's own attributes) override it.
-
-    ``proxy_class`` (Brevitas's BiasQuantProxyFromInjector) is added with brevitas_cpp.proxy.
     """
+    proxy_class = BiasQuantProxyFromInjector

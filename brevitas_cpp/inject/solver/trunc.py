@@ -24,6 +24,7 @@ from brevitas_cpp.inject.solver.common import (
     unsupported,
 )
 from brevitas_cpp.inject.solver.parameter import SolveInputViewImpl
+from brevitas_cpp.proxy.runtime_quant import TruncQuantProxyFromInjector
 
 __all__ = [
     "SolveTruncTensorQuantFromEnum",
@@ -88,6 +89,5 @@ class TruncQuantSolver(SolveBitWidthImplFromEnum,
                        SolveTruncIntScalingImplFromEnum):
     """Turns enum settings into truncation blocks. List it last among a quantizer's bases:
     earlier bases (and the quantizer's own attributes) override it.
-
-    ``proxy_class`` (Brevitas's TruncQuantProxyFromInjector) is added with brevitas_cpp.proxy.
     """
+    proxy_class = TruncQuantProxyFromInjector

@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 from torch import nn
 
-from brevitas_cpp.core.quant import BinaryQuant, RescalingIntQuant, TernaryQuant
-from brevitas_cpp.inject.enum import QuantType, ScalingPerOutputType
+from brevitas_cpp.core.quant import BinaryQuant
+from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
 from brevitas_cpp.inject.solver.common import (
     QuantizerSolveError,
@@ -25,8 +25,7 @@ from brevitas_cpp.inject.solver.common import (
     SolveStatsReduceDimFromEnum,
     SolveTensorQuantFloatToIntImplFromEnum,
     quantizer_name,
-    require_signed,
-    to_enum,
+    solve_scaled_tensor_quant,
 )
 from brevitas_cpp.inject.solver.parameter import (
     SolveInputViewImpl,
@@ -36,6 +35,7 @@ from brevitas_cpp.inject.solver.parameter import (
     SolveParameterTensorClampImplFromEnum,
     require_module,
 )
+from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
 
 __all__ = [
     "SolveWeightTensorQuantFromEnum",
@@ -51,13 +51,7 @@ class SolveWeightTensorQuantFromEnum(SolveIntQuantFromEnum):
 
     @value
     def tensor_quant(quant_type, __self__, signed=None):
-        kind = to_enum(QuantType, quant_type, "quant_type", __self__)
-        if kind == QuantType.FP:
-            return None
-        if kind == QuantType.INT:
-            return RescalingIntQuant
-        require_signed(kind, signed, __self__)
-        return TernaryQuant if kind == QuantType.TERNARY else BinaryQuant
+        return solve_scaled_tensor_quant(quant_type, signed, __self__, BinaryQuant)
 
 
 def layer_output_channel_dim(layer: nn.Module) -> int:
@@ -92,6 +86,11 @@ def shared_property(module: Any, read: Callable[[Any], Any], what: str, quantize
     return values[0]
 
 
+def _weight_rank(module: Any, quantizer: Any) -> int:
+    return shared_property(module, lambda layer: layer.weight.dim(), "the weight's rank",
+                           quantizer)
+
+
 class SolveWeightScalingPerOutputChannelShapeFromModule(ExtendedInjector):
 
     @value
@@ -102,9 +101,7 @@ class SolveWeightScalingPerOutputChannelShapeFromModule(ExtendedInjector):
 
     @value
     def weight_ndims(__self__, module=None):
-        module = require_module(module, __self__, "weight_ndims")
-        return shared_property(module, lambda layer: layer.weight.dim(), "the weight's rank",
-                               __self__)
+        return _weight_rank(require_module(module, __self__, "weight_ndims"), __self__)
 
     @value
     def scaling_per_output_channel_shape(weight_ndims, output_channel_dim, out_channels):
@@ -130,9 +127,7 @@ class SolveWeightScalingStatsInputDimsFromModule(ExtendedInjector):
         if output_channel_dim == 0:
             return None
         module = require_module(module, __self__, "permute_dims")
-        ndims = shared_property(module, lambda layer: layer.weight.dim(), "the weight's rank",
-                                __self__)
-        dims = list(range(ndims))
+        dims = list(range(_weight_rank(module, __self__)))
         dims[0], dims[output_channel_dim] = dims[output_channel_dim], dims[0]
         return tuple(dims)
 
@@ -161,6 +156,5 @@ class WeightQuantSolver(SolveStatsReduceDimFromEnum,
                         SolveScaleSignedness):
     """Turns enum settings and the layer's shape into weight quantization blocks. List it last
     among a quantizer's bases: earlier bases (and the quantizer's own attributes) override it.
-
-    ``proxy_class`` (Brevitas's WeightQuantProxyFromInjector) is added with brevitas_cpp.proxy.
     """
+    proxy_class = WeightQuantProxyFromInjector

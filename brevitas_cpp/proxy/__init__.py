@@ -1,0 +1,43 @@
+"""Quantization proxies (Brevitas's brevitas.proxy): the modules quant layers hold as
+``weight_quant``, ``bias_quant``, ``input_quant``, ``act_quant``, ``output_quant`` and
+``trunc_quant``. A proxy builds its quantizer from an injector and the layer(s) it serves and
+returns QuantTensors."""
+
+from brevitas_cpp.proxy.parameter_quant import (
+    BiasQuantProxyFromInjector,
+    BiasQuantProxyFromInjectorBase,
+    BiasQuantProxyProtocol,
+    ParameterQuantProxyFromInjector,
+    WeightQuantProxyFromInjector,
+    WeightQuantProxyFromInjectorBase,
+    WeightQuantProxyProtocol,
+)
+from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector, QuantProxyProtocol
+from brevitas_cpp.proxy.runtime_quant import (
+    AccQuantProxyProtocol,
+    ActQuantProxyFromInjector,
+    ActQuantProxyFromInjectorBase,
+    ActQuantProxyProtocol,
+    DynamicActQuantProxyFromInjector,
+    FusedActivationQuantProxy,
+    TruncQuantProxyFromInjector,
+)
+
+__all__ = [
+    "AccQuantProxyProtocol",
+    "ActQuantProxyFromInjector",
+    "ActQuantProxyFromInjectorBase",
+    "ActQuantProxyProtocol",
+    "BiasQuantProxyFromInjector",
+    "BiasQuantProxyFromInjectorBase",
+    "BiasQuantProxyProtocol",
+    "DynamicActQuantProxyFromInjector",
+    "FusedActivationQuantProxy",
+    "ParameterQuantProxyFromInjector",
+    "QuantProxyFromInjector",
+    "QuantProxyProtocol",
+    "TruncQuantProxyFromInjector",
+    "WeightQuantProxyFromInjector",
+    "WeightQuantProxyFromInjectorBase",
+    "WeightQuantProxyProtocol",
+]

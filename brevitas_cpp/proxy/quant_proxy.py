@@ -1,0 +1,245 @@
+"""The base of every quantization proxy (Brevitas's brevitas.proxy.quant_proxy).
+
+A proxy sits in a quant layer (``layer.weight_quant``, ``layer.act_quant``, ...) between the layer
+and a quantizer injector: it injects the layer it serves (``module=``) and itself
+(``proxy_module=``) into the injector, builds ``tensor_quant`` from it, rebuilds it when it starts
+serving one more layer (a shared proxy) or when a state_dict is loaded, and wraps the quantizer's
+outputs in QuantTensors (in the subclasses).
+"""
+
+import warnings
+from typing import Any, Dict, List, Optional, Protocol, Set, Tuple, runtime_checkable
+
+import torch
+from torch import nn
+
+from brevitas_cpp import config
+from brevitas_cpp.core.function_wrapper import (
+    CeilSte,
+    DPURoundSte,
+    FloorSte,
+    RoundSte,
+    RoundToZeroSte,
+)
+from brevitas_cpp.core.scaling import (
+    ParameterFromRuntimeStatsScaling,
+    ParameterFromStatsFromParameterScaling,
+)
+from brevitas_cpp.core.stats import _RuntimeStats
+from brevitas_cpp.core.utils import StatelessBuffer
+from brevitas_cpp.core.zero_point import (
+    ParameterFromRuntimeZeroPoint,
+    ParameterFromStatsFromParameterZeroPoint,
+)
+from brevitas_cpp.inject.enum import FloatToIntImplType, ScalingPerOutputType
+from brevitas_cpp.inject.injector import ExtendedInjector, Injector, MissingDependencyError
+
+__all__ = ["QuantProxyProtocol", "QuantProxyFromInjector"]
+
+
+def _is_groupwise(quant_injector) -> bool:
+    return ("scaling_per_output" in quant_injector
+            and quant_injector.scaling_per_output == ScalingPerOutputType.GROUP)
+
+
+def _is_narrow_range(quant_injector) -> Optional[bool]:
+    return quant_injector.narrow_range if "narrow_range" in quant_injector else None
+
+
+# Rounding blocks by the name of their rounding mode.
+_FLOAT_TO_INT_IMPL_MODES = (
+    (RoundSte, FloatToIntImplType.ROUND),
+    (RoundToZeroSte, FloatToIntImplType.ROUND_TO_ZERO),
+    (FloorSte, FloatToIntImplType.FLOOR),
+    (CeilSte, FloatToIntImplType.CEIL),
+    (DPURoundSte, FloatToIntImplType.DPU),
+)
+
+
+def _rounding_mode(quant_injector) -> Optional[str]:
+    if "float_to_int_impl_type" in quant_injector:
+        return str(quant_injector.float_to_int_impl_type)
+    if "float_to_int_impl" in quant_injector:
+        try:
+            impl = quant_injector.float_to_int_impl
+        except Exception:  # a quantizer that can not build it has no rounding mode to report
+            return None
+        for impl_class, mode in _FLOAT_TO_INT_IMPL_MODES:
+            if isinstance(impl, impl_class):
+                return str(mode).upper()
+    return None
+
+
+def _update_state_dict_impl(quant_injector):
+    # Only quantizers that keep learned state in a convertible layout declare one.
+    try:
+        return quant_injector.update_state_dict_impl
+    except MissingDependencyError:
+        return None
+
+
+# Quantizer state that is worked out from statistics (of the tracked parameters or of runtime
+# inputs) when it is not given: a checkpoint without it (a float model's, or one saved before
+# the statistics were collected) is complete, so these keys are never reported as missing.
+_DERIVED_FROM_STATS: Tuple[Tuple[type, Tuple[str, ...]], ...] = (
+    (ParameterFromStatsFromParameterScaling, ("value",)),
+    (ParameterFromRuntimeStatsScaling, ("value",)),
+    (ParameterFromStatsFromParameterZeroPoint, ("value",)),
+    (ParameterFromRuntimeZeroPoint, ("value",)),
+    (_RuntimeStats, ("running_stats",)),
+)
+
+
+def _keys_derived_from_stats(proxy: nn.Module, prefix: str) -> Set[str]:
+    keys = set()
+    for name, module in proxy.named_modules(remove_duplicate=False):
+        for module_class, attrs in _DERIVED_FROM_STATS:
+            if isinstance(module, module_class):
+                module_prefix = prefix + name + "." if name else prefix
+                keys.update(module_prefix + attr for attr in attrs)
+    return keys
+
+
+def _drop_missing_keys_derived_from_stats(proxy: "QuantProxyFromInjector",
+                                          incompatible_keys) -> None:
+    # Runs after the proxy's whole subtree (including a tensor_quant rebuilt on load) is loaded.
+    prefix = proxy._state_dict_load_prefix
+    if prefix is None:
+        return
+    derived = _keys_derived_from_stats(proxy, prefix)
+    missing = incompatible_keys.missing_keys
+    missing[:] = [key for key in missing if key not in derived]
+
+
+@runtime_checkable
+class QuantProxyProtocol(Protocol):
+    is_quant_enabled: bool
+    is_signed: Optional[bool]
+    is_narrow_range: Optional[bool]
+    rounding_mode: Optional[str]
+
+    def add_tracked_module(self, module: nn.Module) -> None:
+        ...
+
+
+class _ExportModeMixin:
+    """The export switch quant modules share. brevitas_cpp has no export handlers, so entering
+    export mode is refused the way Brevitas refuses it for a module without a handler."""
+
+    def _init_export_mode(self) -> None:
+        self._export_mode = False
+        self.export_debug_name = None
+        self.export_handler = None
+        self.export_input_debug = False
+        self.export_output_debug = False
+
+    @property
+    def export_mode(self) -> bool:
+        return self._export_mode
+
+    @export_mode.setter
+    def export_mode(self, value: bool) -> None:
+        if value and self.training:
+            raise RuntimeError(
+                f"{type(self).__name__}: export mode can only be entered in eval mode, not "
+                f"during training")
+        if value and self.export_handler is None:
+            if self.requires_export_handler:
+                warnings.warn(
+                    f"{type(self).__name__}: skipped by export, it has no export handler")
+            return
+        if not value:
+            self.export_handler = None
+        self._export_mode = value
+
+
+class QuantProxyFromInjector(_ExportModeMixin, nn.Module, QuantProxyProtocol):
+    """Serves one or more layers (``tracked_module_list``) with the quantizer built by
+    ``quant_injector``; ``tensor_quant`` is None when the injector quantizes nothing."""
+
+    def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
+        if not (isinstance(quant_injector, type)
+                and issubclass(quant_injector, (ExtendedInjector, Injector))):
+            raise TypeError(
+                f"{type(self).__name__}: quant_injector must be a quantizer class (an "
+                f"ExtendedInjector subclass, e.g. Int8WeightPerTensorFloat), got "
+                f"{quant_injector!r} ({type(quant_injector).__name__})")
+        if not isinstance(quant_layer, nn.Module):
+            raise TypeError(
+                f"{type(self).__name__}: quant_layer must be the layer to quantize for (an "
+                f"nn.Module), got {quant_layer!r} ({type(quant_layer).__name__})")
+        nn.Module.__init__(self)
+        self._init_export_mode()
+        self.update_state_dict_impl = _update_state_dict_impl(quant_injector)
+        self.quant_injector = quant_injector.let(proxy_module=self)
+        self._zero_hw_sentinel = StatelessBuffer(torch.tensor(0.0))
+        self.tensor_quant = None
+        # A plain list, not a ModuleList: these are the parents, not submodules.
+        self.tracked_module_list: List[nn.Module] = []
+        self._state_dict_load_prefix: Optional[str] = None
+        self.register_load_state_dict_post_hook(_drop_missing_keys_derived_from_stats)
+        self.add_tracked_module(quant_layer)
+        self.disable_quant = False
+        self.is_signed = quant_injector.signed if "signed" in quant_injector else None
+
+    @property
+    def requires_export_handler(self) -> bool:
+        return self.is_quant_enabled
+
+    def update_tracked_modules(self) -> None:
+        """Inject the tracked layers: the layer itself, or a tuple of them when shared."""
+        if len(self.tracked_module_list) == 1:
+            self.quant_injector = self.quant_injector.let(module=self.tracked_module_list[0])
+        else:
+            # A tuple, so that later appends to the list do not change what was injected.
+            self.quant_injector = self.quant_injector.let(module=tuple(self.tracked_module_list))
+
+    def init_tensor_quant(self) -> None:
+        self.tensor_quant = self.quant_injector.tensor_quant
+
+    @property
+    def is_quant_enabled(self) -> bool:
+        return not self.disable_quant and self.tensor_quant is not None
+
+    @property
+    def is_groupwise(self) -> bool:
+        return _is_groupwise(self.quant_injector)
+
+    @property
+    def is_narrow_range(self) -> Optional[bool]:
+        return _is_narrow_range(self.quant_injector)
+
+    @property
+    def rounding_mode(self) -> Optional[str]:
+        return _rounding_mode(self.quant_injector)
+
+    def add_tracked_module(self, module: nn.Module) -> None:
+        """Serve one more layer: the quantizer is rebuilt over all tracked layers."""
+        if module is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.add_tracked_module: module must be a layer "
+                f"(an nn.Module), got None")
+        self.tracked_module_list.append(module)
+        self.update_tracked_modules()
+        self.init_tensor_quant()
+
+    def apply_input_view(self, x: torch.Tensor) -> torch.Tensor:
+        return self.input_view_impl(x)
+
+    def _load_from_state_dict(
+            self, state_dict: Dict[str, Any], prefix: str, local_metadata, strict: bool,
+            missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str]) -> None:
+        self._state_dict_load_prefix = prefix
+        if self.update_state_dict_impl is not None:
+            self.update_state_dict_impl(prefix, state_dict)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        # The parent layer's parameters are already loaded (parents load before children) and
+        # tensor_quant's own state is loaded next: rebuilding here re-derives everything from
+        # the new parameters, then lets the checkpoint's quantizer values override.
+        if config.REINIT_ON_STATE_DICT_LOAD:
+            self.init_tensor_quant()
+        # Older checkpoints saved the sentinel.
+        zero_hw_sentinel_key = prefix + "zero_hw_sentinel"
+        if zero_hw_sentinel_key in unexpected_keys:
+            unexpected_keys.remove(zero_hw_sentinel_key)

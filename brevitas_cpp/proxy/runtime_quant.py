@@ -1,0 +1,277 @@
+"""Proxies of runtime quantizers (Brevitas's brevitas.proxy.runtime_quant): activations, whose
+quantizer runs fused after an optional activation function, and truncation of accumulators.
+"""
+
+from abc import ABC, abstractmethod
+from typing import Any, Optional, Protocol, Tuple, Union, runtime_checkable
+
+from torch import Tensor, nn
+
+from brevitas_cpp import jit
+from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector, QuantProxyProtocol
+from brevitas_cpp.proxy.utils import _CachedIO
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
+
+__all__ = [
+    "ActQuantProxyProtocol",
+    "AccQuantProxyProtocol",
+    "ActQuantProxyFromInjectorBase",
+    "ActQuantProxyFromInjector",
+    "DynamicActQuantProxyFromInjector",
+    "FusedActivationQuantProxy",
+    "TruncQuantProxyFromInjector",
+]
+
+
+def _is_passthrough_act(quant_injector) -> bool:
+    """Whether the activation keeps its input's quantization (e.g. ReLU on a signed input):
+    then a disabled output quantizer still returns the input's metadata."""
+    if "act_impl" not in quant_injector or quant_injector.act_impl is None:
+        return True
+    if "passthrough_act" in quant_injector:
+        return quant_injector.passthrough_act
+    return False
+
+
+def _is_act_enabled(act_impl: Optional[nn.Module], tensor_quant: Optional[nn.Module]) -> bool:
+    if act_impl is None:
+        return False
+    # The quantizer's clamp already does what a HardTanh would.
+    return not (isinstance(act_impl, nn.Hardtanh) and tensor_quant is not None)
+
+
+@runtime_checkable
+class ActQuantProxyProtocol(QuantProxyProtocol, Protocol):
+
+    def forward(self, x: Union[Tensor, QuantTensor]) -> QuantTensor:
+        ...
+
+
+@runtime_checkable
+class AccQuantProxyProtocol(QuantProxyProtocol, Protocol):
+
+    def forward(self, x: Union[Tensor, IntQuantTensor]) -> Union[Tensor, IntQuantTensor]:
+        ...
+
+
+class _TensorQuantDisabledIdentity(jit.ScriptModule):
+    """Stands in for tensor_quant when only the activation runs: (x, None, None, None)."""
+
+    def __init__(self, module_to_wrap: Optional[nn.Module] = None) -> None:
+        super().__init__()
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor],
+                                          Optional[Tensor]]:
+        return (x, None, None, None)
+
+
+class FusedActivationQuantProxy(jit.ScriptModule):
+    """activation_impl then tensor_quant, in one (scriptable) module."""
+
+    def __init__(self, activation_impl: nn.Module, tensor_quant: nn.Module) -> None:
+        super().__init__()
+        self.activation_impl = activation_impl
+        self.tensor_quant = tensor_quant
+
+    @jit.script_method
+    def forward(self, x: Tensor):
+        x = self.activation_impl(x)
+        return self.tensor_quant(x)
+
+
+class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtocol, ABC):
+    """Runs ``fused_activation_quant_proxy`` (activation and quantizer). ``tensor_quant`` stays
+    None on activation proxies: the quantizer lives in the fused module (that is where the
+    state_dict has it)."""
+
+    def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
+        QuantProxyFromInjector.__init__(self, quant_layer, quant_injector)
+        self.is_passthrough_act = _is_passthrough_act(quant_injector)
+        self._cached_act = None
+        self.cache_inference_quant_act = False
+        self.cache_quant_io_metadata_only = True
+        self.cache_class = None
+        self.skip_create_quant_tensor = False
+
+    @property
+    def input_view_impl(self) -> nn.Module:
+        fused = self.fused_activation_quant_proxy
+        if fused is not None and not isinstance(fused.tensor_quant, _TensorQuantDisabledIdentity):
+            return fused.tensor_quant.int_quant.input_view_impl
+        return nn.Identity()
+
+    def internal_forward(self, force_eval: bool):
+        """The quantizer run on a placeholder, to read its scale etc. (in eval if force_eval:
+        the running statistics, without updating them)."""
+        was_training = self.training
+        if force_eval:
+            self.eval()
+        out = self.__call__(self._zero_hw_sentinel())
+        self.train(was_training)
+        return out
+
+    def retrieve_attribute(self, attribute: str, force_eval: bool):
+        if self._cached_act is not None:
+            return getattr(self._cached_act, attribute)
+        if self.is_quant_enabled:
+            return getattr(self.internal_forward(force_eval), attribute)
+        return None
+
+    @property
+    def is_quant_enabled(self) -> bool:
+        return self._is_quant_enabled and not self.disable_quant
+
+    @is_quant_enabled.setter
+    def is_quant_enabled(self, is_quant_enabled: bool) -> None:
+        self._is_quant_enabled = is_quant_enabled
+
+    def init_tensor_quant(self) -> None:
+        tensor_quant = self.quant_injector.tensor_quant
+        act_impl = self.quant_injector.act_impl if "act_impl" in self.quant_injector else None
+        is_act_enabled = _is_act_enabled(act_impl, tensor_quant)
+        is_quant_enabled = tensor_quant is not None
+        self.is_quant_enabled = is_quant_enabled
+        if is_act_enabled and is_quant_enabled:
+            fused = FusedActivationQuantProxy(act_impl, tensor_quant)
+        elif is_act_enabled:
+            fused = FusedActivationQuantProxy(act_impl, _TensorQuantDisabledIdentity())
+        elif is_quant_enabled:
+            fused = FusedActivationQuantProxy(nn.Identity(), tensor_quant)
+        else:
+            fused = None
+        self.fused_activation_quant_proxy = fused
+
+    @abstractmethod
+    def create_quant_tensor(
+            self, qt_args: Union[Tensor, Tuple[Any, ...]],
+            x: Union[Tensor, QuantTensor]) -> QuantTensor:
+        """qt_args is either the quantizer's (value, scale, zero_point, bit_width), or a value
+        that keeps the metadata of x (a passthrough activation)."""
+        raise NotImplementedError
+
+    def forward(self, x: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        fused = self.fused_activation_quant_proxy
+        # Neither activation nor quantization: the input as it came.
+        if fused is None:
+            return x
+        y = x.value if isinstance(x, QuantTensor) else x
+        if not self.is_quant_enabled:
+            # No scale: the second entry tells the code below that nothing was quantized.
+            y = (fused.activation_impl(y), None)
+        elif self.export_mode:
+            y = self.export_handler(fused.activation_impl(y))
+        else:
+            y = fused(y)
+        if self.skip_create_quant_tensor:
+            out = y[0]
+        elif y[1] is not None:
+            out = self.create_quant_tensor(y, x=x)
+        elif self.is_passthrough_act and isinstance(x, QuantTensor):
+            # Not quantized here, but the activation keeps the input's quantization.
+            out = self.create_quant_tensor(y[0], x=x)
+        else:
+            out = y[0]
+        if not self.training and self.cache_inference_quant_act and isinstance(out, QuantTensor):
+            self._cached_act = self.cache_class(out.detach(), self.cache_quant_io_metadata_only)
+        return out
+
+
+class ActQuantProxyFromInjector(ActQuantProxyFromInjectorBase):
+    """Activation proxy returning IntQuantTensors. scale()/zero_point()/bit_width() run the
+    quantizer in eval by default (force_eval), so reading them does not update statistics."""
+
+    def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
+        super().__init__(quant_layer, quant_injector)
+        self.cache_class = _CachedIO
+
+    def scale(self, force_eval: bool = True) -> Optional[Tensor]:
+        return self.retrieve_attribute("scale", force_eval)
+
+    def zero_point(self, force_eval: bool = True) -> Optional[Tensor]:
+        return self.retrieve_attribute("zero_point", force_eval)
+
+    def bit_width(self, force_eval: bool = True) -> Optional[Tensor]:
+        return self.retrieve_attribute("bit_width", force_eval)
+
+    def create_quant_tensor(
+            self, qt_args: Union[Tensor, Tuple[Any, ...]],
+            x: Union[Tensor, IntQuantTensor]) -> IntQuantTensor:
+        if isinstance(qt_args, tuple):
+            return IntQuantTensor(*qt_args, self.is_signed, self.training)
+        return IntQuantTensor(qt_args, x.scale, x.zero_point, x.bit_width, x.signed, self.training)
+
+
+class DynamicActQuantProxyFromInjector(ActQuantProxyFromInjector):
+    """For quantizers whose scale and zero point are computed from each input."""
+
+    def scale(self, force_eval: bool = True):
+        raise RuntimeError(
+            f"{type(self).__name__}: the scale of a dynamic activation quantizer depends on the "
+            f"input; read it from the QuantTensor the proxy returns")
+
+    def zero_point(self, force_eval: bool = True):
+        raise RuntimeError(
+            f"{type(self).__name__}: the zero point of a dynamic activation quantizer depends on "
+            f"the input; read it from the QuantTensor the proxy returns")
+
+
+class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol):
+    """Requantizes an IntQuantTensor (an accumulator) to fewer bits. The sign is the input's;
+    scale()/zero_point()/bit_width() are those of the last output produced in eval."""
+
+    def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
+        super().__init__(quant_layer, quant_injector)
+        self._cached_act = None
+        self.cache_inference_quant_act = True
+        self.cache_quant_io_metadata_only = True
+        self.cache_class = _CachedIO
+        self.skip_create_quant_tensor = False
+
+    def retrieve_attribute(self, attribute: str):
+        if self._cached_act is not None:
+            return getattr(self._cached_act, attribute)
+        return None
+
+    @property
+    def is_narrow_range(self) -> bool:
+        narrow_range = super().is_narrow_range
+        return narrow_range if narrow_range is not None else False
+
+    def scale(self) -> Optional[Tensor]:
+        return self.retrieve_attribute("scale")
+
+    def zero_point(self) -> Optional[Tensor]:
+        return self.retrieve_attribute("zero_point")
+
+    def bit_width(self) -> Optional[Tensor]:
+        return self.retrieve_attribute("bit_width")
+
+    def forward(self, x: IntQuantTensor) -> Union[Tensor, IntQuantTensor]:
+        if not self.is_quant_enabled:
+            return x
+        if not isinstance(x, IntQuantTensor):
+            raise TypeError(
+                f"{type(self).__name__} of {type(self.tracked_module_list[0]).__name__}: "
+                f"truncation requantizes an integer tensor and needs its scale, zero point and "
+                f"bit width; expected an IntQuantTensor, got {type(x).__name__} (quantize the "
+                f"input first, e.g. with an input quantizer returning QuantTensors)")
+        impl = self.export_handler if self.export_mode else self.tensor_quant
+        out_value, out_scale, out_zp, out_bit_width = impl(
+            x.value, x.scale, x.zero_point, x.bit_width, x.signed)
+        if self.skip_create_quant_tensor:
+            return out_value
+        out = IntQuantTensor(out_value, out_scale, out_zp, out_bit_width, x.signed, self.training)
+        if not self.training and self.cache_inference_quant_act:
+            self._cached_act = self.cache_class(out.detach(), self.cache_quant_io_metadata_only)
+        return out
+
+    def _load_from_state_dict(
+            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+            error_msgs) -> None:
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        # Older checkpoints saved the sentinel under the layer's former accumulator_quant.
+        old_key = ".".join(prefix.split(".")[:-2]) + ".accumulator_quant.zero_hw_sentinel"
+        if old_key in unexpected_keys:
+            unexpected_keys.remove(old_key)

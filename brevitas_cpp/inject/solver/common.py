@@ -9,7 +9,7 @@ Errors name the quantizer: a ``@value`` may ask for ``__self__``, which the inje
 to the quantizer class being built.
 """
 
-from typing import Any, Type
+from typing import Any, Optional, Type
 
 import torch
 from torch import Tensor
@@ -23,7 +23,7 @@ from brevitas_cpp.core.function_wrapper import (
     RoundToZeroSte,
     StatsInputViewShapeImpl,
 )
-from brevitas_cpp.core.quant import IntQuant
+from brevitas_cpp.core.quant import IntQuant, RescalingIntQuant, TernaryQuant
 from brevitas_cpp.core.restrict_val import (
     FloatRestrictValue,
     LogFloatRestrictValue,
@@ -55,6 +55,7 @@ __all__ = [
     "QuantizerSolveError",
     "quantizer_name",
     "require_signed",
+    "solve_scaled_tensor_quant",
     "to_enum",
     "solve_bit_width_impl_from_enum",
     "solve_restrict_value_impl_from_enum",
@@ -111,6 +112,20 @@ def require_signed(quant_type: Any, signed: Any, quantizer: Any) -> None:
         raise unsupported(quantizer, "quant_type", quant_type,
                           f"is always signed, but the quantizer sets signed={signed!r}; use "
                           f"an INT quantizer (e.g. with UintQuant) for unsigned values")
+
+
+def solve_scaled_tensor_quant(quant_type: Any, signed: Any, quantizer: Any,
+                              binary_quant: type) -> Optional[type]:
+    """The tensor quantizer of a weight or activation quantizer: none for FP, RescalingIntQuant
+    for INT, TernaryQuant or binary_quant (which differ between the two) for the signed-only
+    TERNARY and BINARY."""
+    kind = to_enum(QuantType, quant_type, "quant_type", quantizer)
+    if kind == QuantType.FP:
+        return None
+    if kind == QuantType.INT:
+        return RescalingIntQuant
+    require_signed(kind, signed, quantizer)
+    return TernaryQuant if kind == QuantType.TERNARY else binary_quant
 
 
 def _check_bit_width(bit_width: Any, quantizer: Any) -> None:

@@ -90,11 +90,16 @@ def _init_as_tensor(scaling_init_impl):
     return init.detach() if isinstance(init, Tensor) else torch.tensor(init)
 
 
-class SolveParameterScalingInitFromEnum(ExtendedInjector):
+class _SolveScalingInitFromImpl(ExtendedInjector):
+    """scaling_init from the scaling_init_impl a subclass chooses (weights and activations
+    choose differently)."""
 
     @value
     def scaling_init(scaling_init_impl):
         return _init_as_tensor(scaling_init_impl)
+
+
+class SolveParameterScalingInitFromEnum(_SolveScalingInitFromImpl):
 
     @value
     def scaling_init_impl(scaling_impl_type, __self__):

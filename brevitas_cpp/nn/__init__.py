@@ -1,0 +1,40 @@
+"""Quantized layers (Brevitas's brevitas.nn): drop-in subclasses of the torch layers with
+weight, bias, input and output quantizers given as quantizer classes, shared proxies or None."""
+
+from .quant_activation import QuantHardTanh, QuantIdentity, QuantReLU, QuantSigmoid, QuantTanh
+from .quant_avg_pool import TruncAdaptiveAvgPool2d, TruncAvgPool2d
+from .quant_bn import BatchNorm1dToQuantScaleBias, BatchNorm2dToQuantScaleBias
+from .quant_conv import QuantConv1d, QuantConv2d, QuantConv3d
+from .quant_convtranspose import QuantConvTranspose1d, QuantConvTranspose2d, QuantConvTranspose3d
+from .quant_eltwise import QuantCat, QuantEltwiseAdd
+from .quant_embedding import QuantEmbedding
+from .quant_linear import QuantLinear
+from .quant_scale_bias import QuantScaleBias, ScaleBias
+from .quant_upsample import QuantUpsample, QuantUpsamplingBilinear2d, QuantUpsamplingNearest2d
+
+__all__ = [
+    "BatchNorm1dToQuantScaleBias",
+    "BatchNorm2dToQuantScaleBias",
+    "QuantCat",
+    "QuantConv1d",
+    "QuantConv2d",
+    "QuantConv3d",
+    "QuantConvTranspose1d",
+    "QuantConvTranspose2d",
+    "QuantConvTranspose3d",
+    "QuantEltwiseAdd",
+    "QuantEmbedding",
+    "QuantHardTanh",
+    "QuantIdentity",
+    "QuantLinear",
+    "QuantReLU",
+    "QuantScaleBias",
+    "QuantSigmoid",
+    "QuantTanh",
+    "QuantUpsample",
+    "QuantUpsamplingBilinear2d",
+    "QuantUpsamplingNearest2d",
+    "ScaleBias",
+    "TruncAdaptiveAvgPool2d",
+    "TruncAvgPool2d",
+]

@@ -1,0 +1,227 @@
+"""Base mixins of the quant layers.
+
+QuantProxyMixin attaches one quant proxy to a layer (``weight_quant``, ``input_quant``, ...)
+from a quantizer class, a shared proxy instance or None, and routes the layer's prefixed keyword
+arguments to that quantizer. QuantLayerMixin gives a layer the QuantTensor input/output
+conventions (``return_quant_tensor``).
+
+Unlike Brevitas, a keyword argument no quantizer of the layer can consume is an error (see
+brevitas_cpp.nn.mixin.utils for what "consume" means). It can only be judged once every mixin of
+the layer has claimed its prefix, so the check runs when the layer's outermost ``__init__``
+returns: every subclass ``__init__`` is wrapped to count nesting depth (``__init_subclass__``).
+Shared proxies start tracking the layer only after that check has passed, so a rejected layer
+leaves no trace in a proxy it was given.
+"""
+
+import difflib
+import functools
+from dataclasses import dataclass, field
+from inspect import isclass
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Union
+
+from torch import Tensor
+from torch import nn
+
+from brevitas_cpp.inject import ExtendedInjector, Injector
+from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
+
+from .utils import filter_kwargs, quantizer_vocabulary
+
+__all__ = ["QuantProxyMixin", "QuantLayerMixin"]
+
+_BOOK = "_quant_kwargs_book"
+
+
+@dataclass
+class _Claim:
+    """One QuantProxyMixin's claim on the layer's keyword arguments."""
+    prefix: str  # kwargs_prefix
+    argument: str  # the layer argument the quantizer came from, e.g. "weight_quant"
+    quantizer: str  # what errors call it: the injector's name or the shared proxy's type
+    vocabulary: Optional[FrozenSet[str]]  # None for a shared proxy: it takes no keywords
+
+
+@dataclass
+class _KwargsBook:
+    """Bookkeeping of one layer construction, dropped when the outermost __init__ returns."""
+    depth: int = 0
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # as the user passed them
+    internal: Set[str] = field(default_factory=set)  # names the mixins add themselves
+    claims: List[_Claim] = field(default_factory=list)
+    shared: List[nn.Module] = field(default_factory=list)  # proxies to start tracking the layer
+
+
+def _layer_name(layer: Any) -> str:
+    return type(layer).__name__
+
+
+def _book(layer: Any) -> _KwargsBook:
+    book = layer.__dict__.get(_BOOK)
+    if book is None:
+        book = _KwargsBook()
+        layer.__dict__[_BOOK] = book
+    return book
+
+
+def mark_internal_kwargs(layer: Any, *names: str) -> None:
+    """Declare keyword names a mixin passes on its own (e.g. ``input_act_impl``), so the
+    check does not hold them against the user."""
+    _book(layer).internal.update(names)
+
+
+def _checked_init(init):
+    """Wrap a subclass __init__ so the outermost one finishes the layer's construction."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        book = _book(self)
+        book.depth += 1
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            book.depth -= 1
+            if book.depth == 0:
+                self.__dict__.pop(_BOOK, None)
+        if book.depth == 0:
+            _finish_construction(self, book)
+
+    __init__._finishes_quant_layer = True
+    return __init__
+
+
+def _finish_construction(layer: Any, book: _KwargsBook) -> None:
+    for name in book.kwargs:
+        if name not in book.internal:
+            _check_kwarg(layer, book, name)
+    for proxy in book.shared:
+        proxy.add_tracked_module(layer)
+
+
+def _check_kwarg(layer: Any, book: _KwargsBook, name: str) -> None:
+    layer_name = _layer_name(layer)
+    value = book.kwargs[name]
+    prefixes = ", ".join(f"{c.prefix!r} ({c.argument})" if c.prefix else f"none ({c.argument})"
+                         for c in book.claims)
+    candidates = [c for c in book.claims if name.startswith(c.prefix)]
+    if any(c.vocabulary is not None and name[len(c.prefix):] in c.vocabulary for c in candidates):
+        return
+    if not candidates:
+        raise TypeError(
+            f"{layer_name}: unexpected keyword argument {name}={value!r}. Keywords beyond the "
+            f"layer's own arguments set quantizer attributes and must start with a quantizer "
+            f"prefix; accepted prefixes: {prefixes}")
+    shared = [c for c in candidates if c.vocabulary is None]
+    if shared and len(shared) == len(candidates):
+        c = shared[0]
+        raise TypeError(
+            f"{layer_name}: keyword argument {name}={value!r} can not be applied: {c.argument} "
+            f"is a shared proxy instance ({c.quantizer}), whose quantizer is already built; "
+            f"configure that quantizer instead, or pass a quantizer class as {c.argument}")
+    reasons = "; ".join(
+        f"{c.argument}={c.quantizer} has no attribute or core-block argument "
+        f"{name[len(c.prefix):]!r}" for c in candidates if c.vocabulary is not None)
+    known = sorted({c.prefix + v for c in candidates if c.vocabulary is not None
+                    for v in c.vocabulary})
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise TypeError(
+        f"{layer_name}: unknown keyword argument {name}={value!r}: {reasons}. A keyword "
+        f"<prefix><name> sets attribute <name> of the quantizer the prefix selects; accepted "
+        f"prefixes: {prefixes}.{hint}")
+
+
+class QuantProxyMixin(object):
+    """Builds the proxy ``<proxy_prefix>quant`` of a layer.
+
+    ``quant`` is a quantizer class (an injector: specialised with the layer's keywords that
+    start with ``kwargs_prefix``, then turned into a proxy by its ``proxy_class``), a proxy
+    instance (shared between layers) or None (the ``none_quant_injector``: quantization off).
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_finishes_quant_layer", False):
+            cls.__init__ = _checked_init(init)
+
+    def __init__(
+            self,
+            quant,
+            proxy_protocol,
+            none_quant_injector,
+            proxy_prefix: str,
+            kwargs_prefix: str,
+            **kwargs):
+        proxy_name = proxy_prefix + "quant"
+        book = _book(self)
+        book.kwargs.update(kwargs)
+        prefixed = filter_kwargs(kwargs_prefix, kwargs)
+        if quant is None:
+            quant = none_quant_injector
+        if isclass(quant) and issubclass(quant, (Injector, ExtendedInjector)):
+            book.claims.append(
+                _Claim(kwargs_prefix, proxy_name, quant.__name__, quantizer_vocabulary(quant)))
+            injector = quant.let(**prefixed)
+            proxy_class = self._proxy_class(injector, proxy_name)
+            quant = proxy_class(self, injector)
+        elif isinstance(quant, proxy_protocol) and isinstance(quant, nn.Module):
+            book.claims.append(_Claim(kwargs_prefix, proxy_name, type(quant).__name__, None))
+            book.shared.append(quant)
+        else:
+            raise TypeError(
+                f"{_layer_name(self)}: {proxy_name} must be a quantizer class (an "
+                f"ExtendedInjector subclass such as Int8WeightPerTensorFloat or "
+                f"Int8ActPerTensorFloat), a quant proxy instance of type "
+                f"{proxy_protocol.__name__} to share, or None; got {quant!r} "
+                f"({type(quant).__name__})")
+        setattr(self, proxy_name, quant)
+
+    def _proxy_class(self, injector: Any, proxy_name: str) -> type:
+        try:
+            return injector.proxy_class
+        except AttributeError:
+            raise TypeError(
+                f"{_layer_name(self)}: {proxy_name}={injector.__name__} defines no proxy_class; a "
+                f"quantizer given to a layer must derive from a solver (WeightQuantSolver, "
+                f"BiasQuantSolver, ActQuantSolver, TruncQuantSolver) or set proxy_class") from None
+
+
+class QuantLayerMixin(object):
+    """QuantTensor conventions of a quant layer: accepts QuantTensor or Tensor inputs, and
+    returns a QuantTensor only when ``return_quant_tensor`` is set."""
+
+    def __init__(self, return_quant_tensor: bool):
+        if not isinstance(return_quant_tensor, bool):
+            raise TypeError(
+                f"{_layer_name(self)}: return_quant_tensor must be a bool, got "
+                f"{return_quant_tensor!r} ({type(return_quant_tensor).__name__})")
+        self.accept_quant_tensor = True
+        self.return_quant_tensor = return_quant_tensor
+
+    @property
+    def channelwise_separable(self) -> bool:
+        raise NotImplementedError(f"{_layer_name(self)} does not define channelwise_separable")
+
+    @property
+    def export_mode(self) -> bool:
+        # Export is not part of brevitas_cpp; the flag exists for code that reads it.
+        return False
+
+    def unpack_input(self, inp: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        # Brevitas strips tensor names here; torch 2.13 has no named tensors left to strip.
+        if not isinstance(inp, (Tensor, QuantTensor)):
+            raise TypeError(
+                f"{_layer_name(self)}: input must be a Tensor or a QuantTensor, got "
+                f"{type(inp).__name__}")
+        return inp
+
+    def pack_output(self, quant_output: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        if not self.return_quant_tensor:
+            return _unpack_quant_tensor(quant_output)
+        if not isinstance(quant_output, QuantTensor):
+            raise RuntimeError(
+                f"{_layer_name(self)}: return_quant_tensor=True, but the output is not "
+                f"quantized: enable output quantization (output_quant=...) or feed a quantized "
+                f"input to a layer whose weights are quantized")
+        return quant_output
+

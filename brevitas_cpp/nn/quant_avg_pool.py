@@ -1,0 +1,148 @@
+"""Average pooling of quantized inputs with a requantized output (Brevitas's
+brevitas.nn.quant_avg_pool).
+
+Integer hardware averages a window by summing it and shifting right instead of dividing. These
+layers model that: pooling an IntQuantTensor gives the window sum as an accumulator, at scale
+``input_scale / window`` and bit width ``ceil(log2((2 ** input_bit_width - 1) * window))``
+(IntQuantTensor's avg_pool2d handlers), and ``trunc_quant`` then requantizes the accumulator to
+its bit width (8 by default, most significant bits kept, rounded). A plain Tensor input, or
+trunc_quant=None, gives exactly the float pooling, unless the layer cached the metadata of an
+earlier quantized input (``cache_inference_quant_act``): a plain Tensor is then read on that
+grid."""
+
+from typing import Optional, Tuple, Union
+
+from torch import Tensor
+from torch.nn import AdaptiveAvgPool2d
+from torch.nn import AvgPool2d
+
+from brevitas_cpp.nn.mixin.acc import AccQuantType
+from brevitas_cpp.nn.mixin.acc import TruncMixin
+from brevitas_cpp.nn.mixin.base import QuantLayerMixin
+from brevitas_cpp.proxy.utils import _CachedIO
+from brevitas_cpp.quant import RoundTo8bit
+from brevitas_cpp.quant_tensor import _unpack_quant_tensor
+from brevitas_cpp.quant_tensor import QuantTensor
+from brevitas_cpp.quant_tensor.int_torch_handler import compute_adaptive_kernel_size_stride
+
+__all__ = ["TruncAvgPool2d", "TruncAdaptiveAvgPool2d"]
+
+
+def _input_to_requantize(layer: TruncMixin,
+                         x: Union[Tensor, QuantTensor]) -> Optional[QuantTensor]:
+    """The QuantTensor whose pooling the layer requantizes, or None for plain float pooling.
+    With cache_inference_quant_act set, a quantized input's metadata is kept (in cache_class,
+    Brevitas's name) so that later plain tensors, e.g. QuantTensors decayed to tensors in a
+    traced graph, are read on the same grid."""
+    if not layer.is_trunc_quant_enabled:
+        return None
+    if isinstance(x, QuantTensor):
+        if layer.cache_inference_quant_act:
+            layer.cache_class = _CachedIO(x, layer.cache_quant_io_metadata_only)
+        return x
+    if layer.cache_class is not None:
+        return layer.cache_class.quant_tensor.set(value=x)
+    return None
+
+
+class TruncAvgPool2d(TruncMixin, QuantLayerMixin, AvgPool2d):
+    """AvgPool2d whose division by the window size is a requantization by ``trunc_quant``.
+
+    Needs a QuantTensor input to requantize (a plain Tensor is pooled in float); returns a
+    QuantTensor by default (return_quant_tensor=True). Keywords configure trunc_quant
+    (e.g. ``bit_width=4``)."""
+
+    def __init__(
+            self,
+            kernel_size: Union[int, Tuple[int, int]],
+            stride: Optional[Union[int, Tuple[int, int]]] = None,
+            ceil_mode: bool = False,
+            count_include_pad: bool = True,
+            divisor_override: Optional[int] = None,
+            trunc_quant: Optional[AccQuantType] = RoundTo8bit,
+            return_quant_tensor: bool = True,
+            **kwargs) -> None:
+        AvgPool2d.__init__(
+            self,
+            kernel_size=kernel_size,
+            stride=stride,
+            ceil_mode=ceil_mode,
+            count_include_pad=count_include_pad,
+            divisor_override=divisor_override)
+        QuantLayerMixin.__init__(self, return_quant_tensor)
+        TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
+        self.cache_inference_quant_act = False
+        self.cache_quant_io_metadata_only = True
+        self.cache_class: Optional[_CachedIO] = None
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return True
+
+    @property
+    def requires_export_handler(self) -> bool:
+        return True
+
+    @property
+    def _avg_scaling(self) -> int:
+        """Elements of the pooling window (what Brevitas divides the scale by, ignoring
+        padding and divisor_override)."""
+        if isinstance(self.kernel_size, tuple):
+            return self.kernel_size[0] * self.kernel_size[1]
+        return self.kernel_size * self.kernel_size
+
+    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        x = self.unpack_input(input)
+        qx = _input_to_requantize(self, x)
+        if qx is not None:
+            # AvgPool2d on a QuantTensor dispatches to its avg_pool2d handler: the accumulator.
+            y = self.trunc_quant(AvgPool2d.forward(self, qx))
+        else:
+            y = AvgPool2d.forward(self, _unpack_quant_tensor(x))
+        return self.pack_output(y)
+
+
+class TruncAdaptiveAvgPool2d(TruncMixin, QuantLayerMixin, AdaptiveAvgPool2d):
+    """AdaptiveAvgPool2d whose division is a requantization by ``trunc_quant``; the window is
+    that of the fixed pooling the adaptive one amounts to (compute_kernel_size_stride). Same
+    input/output conventions as TruncAvgPool2d."""
+
+    def __init__(
+            self,
+            output_size: Union[int, Tuple[int, int]],
+            trunc_quant: Optional[AccQuantType] = RoundTo8bit,
+            return_quant_tensor: bool = True,
+            **kwargs) -> None:
+        AdaptiveAvgPool2d.__init__(self, output_size=output_size)
+        QuantLayerMixin.__init__(self, return_quant_tensor)
+        TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
+        self.cache_inference_quant_act = False
+        self.cache_quant_io_metadata_only = True
+        self.cache_class: Optional[_CachedIO] = None
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return True
+
+    @property
+    def requires_export_handler(self) -> bool:
+        return True
+
+    @property
+    def padding(self) -> int:
+        return 0
+
+    @staticmethod
+    def compute_kernel_size_stride(input_shape, output_shape):
+        """Per spatial dim, the (kernel sizes, strides) of the fixed pooling that maps
+        input_shape to output_shape."""
+        return compute_adaptive_kernel_size_stride(input_shape, output_shape)
+
+    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        x = self.unpack_input(input)
+        qx = _input_to_requantize(self, x)
+        if qx is not None:
+            y = self.trunc_quant(AdaptiveAvgPool2d.forward(self, qx))
+        else:
+            y = AdaptiveAvgPool2d.forward(self, _unpack_quant_tensor(x))
+        return self.pack_output(y)

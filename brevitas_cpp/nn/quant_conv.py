@@ -1,0 +1,219 @@
+"""QuantConv1d/2d/3d: torch convolutions with quantized weight (Int8WeightPerTensorFloat by
+default) and optional bias, input and output quantization.
+
+``padding='same'`` with a stride above 1, which torch rejects, is supported as in Brevitas (and
+TensorFlow): the input is zero-padded so the output has ceil(input / stride) elements per dim,
+the odd element of padding going at the end.
+"""
+
+import math
+from typing import List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.nn import Conv1d, Conv2d, Conv3d
+from torch.nn import functional as F
+
+from brevitas_cpp.quant import Int8WeightPerTensorFloat
+from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
+
+from .quant_layer import ActQuantType, BiasQuantType, act_quant_dtype_device
+from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
+from .quant_layer import WeightQuantType
+
+__all__ = ["QuantConv1d", "QuantConv2d", "QuantConv3d"]
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def _same_padded_strided(padding, padding_mode: str, stride) -> Tuple[object, bool]:
+    """(padding for the torch constructor, whether forward pads itself): torch only accepts
+    'same' with stride 1, so a strided 'same' conv is built unpadded and padded at run time."""
+    strided = stride > 1 if isinstance(stride, int) else any(s > 1 for s in stride)
+    if padding_mode == "zeros" and isinstance(padding, str) and padding == "same" and strided:
+        return 0, True
+    return padding, False
+
+
+class _QuantConvNd(object):
+    """What QuantConv1d/2d/3d share; each also derives from QuantWBIOL and its torch conv."""
+
+    @property
+    def per_elem_ops(self) -> int:
+        return 2 * math.prod(self.kernel_size) * (self.in_channels // self.groups)
+
+    @property
+    def output_channel_dim(self) -> int:
+        return 1 if self.transposed else 0
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return self.groups == self.in_channels
+
+    def _same_zeros_pad(self, x: Union[Tensor, QuantTensor], weight_shape) -> List[int]:
+        """F.pad amounts (last dim first) for 'same' output size with this stride."""
+        spatial = _unpack_quant_tensor(x).shape[-len(self.kernel_size):]
+        kernel = weight_shape[-len(self.kernel_size):]
+        pads: List[int] = []
+        for i, k, s, d in reversed(list(zip(spatial, kernel, self.stride, self.dilation))):
+            o = math.ceil(i / s)
+            total = max((o - 1) * s + (k - 1) * d + 1 - i, 0)
+            pads += [total // 2, total - total // 2]
+        return pads
+
+    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        return self.forward_impl(input)
+
+    def inner_forward_impl(self, x: Union[Tensor, QuantTensor],
+                           quant_weight: Union[Tensor, QuantTensor],
+                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
+        # QuantTensor operands dispatch to the QuantTensor handlers (pad keeps the input's
+        # quantization; conv works out the output scale and accumulator bit width).
+        if not self.is_same_padded_strided:
+            return self._conv_forward(x, quant_weight, quant_bias)
+        pads = self._same_zeros_pad(x, _unpack_quant_tensor(quant_weight).shape)
+        if any(p > 0 for p in pads):
+            x = F.pad(x, pads)
+        conv = _CONV[len(self.kernel_size)]
+        return conv(x, quant_weight, quant_bias, self.stride, 0, self.dilation, self.groups)
+
+
+class QuantConv1d(_QuantConvNd, QuantWBIOL, Conv1d):
+    """Conv1d with quantizers; with every quantizer None it computes exactly what Conv1d does."""
+
+    def __init__(
+            self,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Union[int, Tuple[int]],
+            stride: Union[int, Tuple[int]] = 1,
+            padding: Union[str, int, Tuple[int]] = 0,
+            dilation: Union[int, Tuple[int]] = 1,
+            groups: int = 1,
+            padding_mode: str = "zeros",
+            bias: Optional[bool] = True,
+            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+            bias_quant: Optional[BiasQuantType] = None,
+            input_quant: Optional[ActQuantType] = None,
+            output_quant: Optional[ActQuantType] = None,
+            return_quant_tensor: bool = False,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
+            **kwargs) -> None:
+        padding, is_same_padded_strided = _same_padded_strided(padding, padding_mode, stride)
+        Conv1d.__init__(
+            self,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            padding_mode=padding_mode,
+            bias=bias,
+            device=device,
+            dtype=dtype)
+        QuantWBIOL.__init__(
+            self,
+            weight_quant=weight_quant,
+            bias_quant=bias_quant,
+            input_quant=input_quant,
+            output_quant=output_quant,
+            return_quant_tensor=return_quant_tensor,
+            **act_quant_dtype_device(self, kwargs, dtype, device))
+        self.is_same_padded_strided = is_same_padded_strided
+
+
+class QuantConv2d(_QuantConvNd, QuantWBIOL, Conv2d):
+    """Conv2d with quantizers; with every quantizer None it computes exactly what Conv2d does."""
+
+    def __init__(
+            self,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Union[int, Tuple[int, int]],
+            stride: Union[int, Tuple[int, int]] = 1,
+            padding: Union[str, int, Tuple[int, int]] = 0,
+            dilation: Union[int, Tuple[int, int]] = 1,
+            groups: int = 1,
+            padding_mode: str = "zeros",
+            bias: Optional[bool] = True,
+            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+            bias_quant: Optional[BiasQuantType] = None,
+            input_quant: Optional[ActQuantType] = None,
+            output_quant: Optional[ActQuantType] = None,
+            return_quant_tensor: bool = False,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
+            **kwargs) -> None:
+        padding, is_same_padded_strided = _same_padded_strided(padding, padding_mode, stride)
+        Conv2d.__init__(
+            self,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            padding_mode=padding_mode,
+            bias=bias,
+            device=device,
+            dtype=dtype)
+        QuantWBIOL.__init__(
+            self,
+            weight_quant=weight_quant,
+            bias_quant=bias_quant,
+            input_quant=input_quant,
+            output_quant=output_quant,
+            return_quant_tensor=return_quant_tensor,
+            **act_quant_dtype_device(self, kwargs, dtype, device))
+        self.is_same_padded_strided = is_same_padded_strided
+
+
+class QuantConv3d(_QuantConvNd, QuantWBIOL, Conv3d):
+    """Conv3d with quantizers; with every quantizer None it computes exactly what Conv3d does."""
+
+    def __init__(
+            self,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Union[int, Tuple[int, int, int]],
+            stride: Union[int, Tuple[int, int, int]] = 1,
+            padding: Union[str, int, Tuple[int, int, int]] = 0,
+            dilation: Union[int, Tuple[int, int, int]] = 1,
+            groups: int = 1,
+            padding_mode: str = "zeros",
+            bias: bool = True,
+            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+            bias_quant: Optional[BiasQuantType] = None,
+            input_quant: Optional[ActQuantType] = None,
+            output_quant: Optional[ActQuantType] = None,
+            return_quant_tensor: bool = False,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
+            **kwargs) -> None:
+        padding, is_same_padded_strided = _same_padded_strided(padding, padding_mode, stride)
+        Conv3d.__init__(
+            self,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            padding_mode=padding_mode,
+            bias=bias,
+            device=device,
+            dtype=dtype)
+        QuantWBIOL.__init__(
+            self,
+            weight_quant=weight_quant,
+            bias_quant=bias_quant,
+            input_quant=input_quant,
+            output_quant=output_quant,
+            return_quant_tensor=return_quant_tensor,
+            **act_quant_dtype_device(self, kwargs, dtype, device))
+        self.is_same_padded_strided = is_same_padded_strided

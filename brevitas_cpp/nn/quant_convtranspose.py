@@ -1,0 +1,218 @@
+"""QuantConvTranspose1d/2d/3d: torch transposed convolutions with quantized weight
+(Int8WeightPerTensorFloat by default) and optional bias, input and output quantization. The
+weight is [C_in, C_out / groups, *kernel], so its output channel dim is 1."""
+
+from typing import List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.nn import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from torch.nn import functional as F
+
+from brevitas_cpp.quant import Int8WeightPerTensorFloat
+from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
+
+from .quant_layer import ActQuantType, BiasQuantType, act_quant_dtype_device
+from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
+from .quant_layer import WeightQuantType
+
+__all__ = ["QuantConvTranspose1d", "QuantConvTranspose2d", "QuantConvTranspose3d"]
+
+_CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+class _QuantConvTransposeNd(object):
+    """What QuantConvTranspose1d/2d/3d share; each also derives from QuantWBIOL and its torch
+    layer (which already rejects padding modes other than 'zeros')."""
+
+    @property
+    def per_elem_ops(self) -> int:
+        raise NotImplementedError(
+            f"{type(self).__name__}: per_elem_ops is not defined for transposed convolutions")
+
+    @property
+    def output_channel_dim(self) -> int:
+        return 1
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return self.groups == self.out_channels
+
+    def forward(self, input: Union[Tensor, QuantTensor],
+                output_size: Optional[List[int]] = None) -> Union[Tensor, QuantTensor]:
+        # forward_impl takes one argument: output_size reaches inner_forward_impl through self.
+        self._output_size = output_size
+        try:
+            return self.forward_impl(input)
+        finally:
+            self._output_size = None
+
+    def compute_output_padding(self, inp: Union[Tensor, QuantTensor],
+                               output_size: Optional[List[int]]) -> List[int]:
+        # With the dilation, as torch's own forward does (Brevitas 0.12 leaves it out).
+        return self._output_padding(
+            _unpack_quant_tensor(inp), output_size, self.stride, self.padding, self.kernel_size,
+            len(self.kernel_size), self.dilation)
+
+    def inner_forward_impl(self, x: Union[Tensor, QuantTensor],
+                           quant_weight: Union[Tensor, QuantTensor],
+                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
+        output_padding = self.compute_output_padding(x, self._output_size)
+        conv_transpose = _CONV_TRANSPOSE[len(self.kernel_size)]
+        # QuantTensor operands dispatch to the QuantTensor handler (output scale, bit width).
+        return conv_transpose(
+            x,
+            quant_weight,
+            quant_bias,
+            stride=self.stride,
+            padding=self.padding,
+            output_padding=output_padding,
+            groups=self.groups,
+            dilation=self.dilation)
+
+
+class QuantConvTranspose1d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose1d):
+    """ConvTranspose1d with quantizers; with every quantizer None it computes exactly what
+    ConvTranspose1d does."""
+
+    def __init__(
+            self,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Union[int, Tuple[int]],
+            stride: Union[int, Tuple[int]] = 1,
+            padding: Union[int, Tuple[int]] = 0,
+            output_padding: Union[int, Tuple[int]] = 0,
+            dilation: Union[int, Tuple[int]] = 1,
+            groups: int = 1,
+            padding_mode: str = "zeros",
+            bias: Optional[bool] = True,
+            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+            bias_quant: Optional[BiasQuantType] = None,
+            input_quant: Optional[ActQuantType] = None,
+            output_quant: Optional[ActQuantType] = None,
+            return_quant_tensor: bool = False,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
+            **kwargs) -> None:
+        ConvTranspose1d.__init__(
+            self,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            output_padding=output_padding,
+            dilation=dilation,
+            groups=groups,
+            padding_mode=padding_mode,
+            bias=bias,
+            device=device,
+            dtype=dtype)
+        QuantWBIOL.__init__(
+            self,
+            weight_quant=weight_quant,
+            bias_quant=bias_quant,
+            input_quant=input_quant,
+            output_quant=output_quant,
+            return_quant_tensor=return_quant_tensor,
+            **act_quant_dtype_device(self, kwargs, dtype, device))
+        self._output_size = None
+
+
+class QuantConvTranspose2d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose2d):
+    """ConvTranspose2d with quantizers; with every quantizer None it computes exactly what
+    ConvTranspose2d does."""
+
+    def __init__(
+            self,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Union[int, Tuple[int, int]],
+            stride: Union[int, Tuple[int, int]] = 1,
+            padding: Union[int, Tuple[int, int]] = 0,
+            output_padding: Union[int, Tuple[int, int]] = 0,
+            dilation: Union[int, Tuple[int, int]] = 1,
+            groups: int = 1,
+            padding_mode: str = "zeros",
+            bias: Optional[bool] = True,
+            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+            bias_quant: Optional[BiasQuantType] = None,
+            input_quant: Optional[ActQuantType] = None,
+            output_quant: Optional[ActQuantType] = None,
+            return_quant_tensor: bool = False,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
+            **kwargs) -> None:
+        ConvTranspose2d.__init__(
+            self,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            output_padding=output_padding,
+            dilation=dilation,
+            groups=groups,
+            padding_mode=padding_mode,
+            bias=bias,
+            device=device,
+            dtype=dtype)
+        QuantWBIOL.__init__(
+            self,
+            weight_quant=weight_quant,
+            bias_quant=bias_quant,
+            input_quant=input_quant,
+            output_quant=output_quant,
+            return_quant_tensor=return_quant_tensor,
+            **act_quant_dtype_device(self, kwargs, dtype, device))
+        self._output_size = None
+
+
+class QuantConvTranspose3d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose3d):
+    """ConvTranspose3d with quantizers; with every quantizer None it computes exactly what
+    ConvTranspose3d does."""
+
+    def __init__(
+            self,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Union[int, Tuple[int, int, int]],
+            stride: Union[int, Tuple[int, int, int]] = 1,
+            padding: Union[int, Tuple[int, int, int]] = 0,
+            output_padding: Union[int, Tuple[int, int, int]] = 0,
+            dilation: Union[int, Tuple[int, int, int]] = 1,
+            groups: int = 1,
+            padding_mode: str = "zeros",
+            bias: bool = True,
+            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+            bias_quant: Optional[BiasQuantType] = None,
+            input_quant: Optional[ActQuantType] = None,
+            output_quant: Optional[ActQuantType] = None,
+            return_quant_tensor: bool = False,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
+            **kwargs) -> None:
+        ConvTranspose3d.__init__(
+            self,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            padding=padding,
+            output_padding=output_padding,
+            dilation=dilation,
+            groups=groups,
+            padding_mode=padding_mode,
+            bias=bias,
+            device=device,
+            dtype=dtype)
+        QuantWBIOL.__init__(
+            self,
+            weight_quant=weight_quant,
+            bias_quant=bias_quant,
+            input_quant=input_quant,
+            output_quant=output_quant,
+            return_quant_tensor=return_quant_tensor,
+            **act_quant_dtype_device(self, kwargs, dtype, device))
+        self._output_size = None

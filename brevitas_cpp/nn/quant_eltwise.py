@@ -1,0 +1,116 @@
+"""Elementwise addition and concatenation of quantized tensors (Brevitas's
+brevitas.nn.quant_eltwise).
+
+Both operands go through one input quantizer (so in eval they land on the same grid), the
+float op runs on the dequantized values, and the output quantizer requantizes the result.
+On IntQuantTensors the op also derives the output's metadata: a sum has the operands' mean
+scale and a bit width wide enough for both integer ranges; a concatenation keeps the shared
+grid. In eval the operands must then have the same scale, or the result would not be on one
+grid: that is an error naming the layer and the two scales."""
+
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from brevitas_cpp.nn.quant_layer import ActQuantType
+from brevitas_cpp.nn.quant_layer import QuantInputOutputLayer
+from brevitas_cpp.quant import Int8ActPerTensorFloat
+from brevitas_cpp.quant_tensor import IntQuantTensor
+from brevitas_cpp.quant_tensor import QuantTensor
+
+__all__ = ["QuantEltwiseAdd", "QuantCat"]
+
+
+def _check_same_scale(layer: Module, first: Union[Tensor, QuantTensor],
+                      other: Union[Tensor, QuantTensor], first_name: str, other_name: str) -> None:
+    """In eval, IntQuantTensor operands of an add or cat must share a scale (same rule and
+    tolerance as IntQuantTensor's check, which would fail next with a less specific message)."""
+    if not (isinstance(first, IntQuantTensor) and isinstance(other, IntQuantTensor)):
+        return
+    if first.training:
+        return
+    if not torch.allclose(first.scale, other.scale):
+        raise RuntimeError(
+            f"{type(layer).__name__}: in eval mode the quantized operands must have the same "
+            f"scale, got {first_name} scale {first.scale.detach().cpu().tolist()} and "
+            f"{other_name} scale {other.scale.detach().cpu().tolist()}; quantize both with the "
+            f"layer's input_quant (or a shared quantizer) so they share a scale")
+
+
+class QuantEltwiseAdd(QuantInputOutputLayer, Module):
+    """``output_quant(input_quant(input) + input_quant(other))``.
+
+    Keywords ``input_*`` configure input_quant, ``output_*`` output_quant. With
+    tie_input_output_quant one quantizer (whichever of the two is enabled) serves both."""
+
+    def __init__(
+            self,
+            input_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
+            output_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
+            tie_input_output_quant: bool = False,
+            return_quant_tensor: bool = False,
+            **kwargs) -> None:
+        Module.__init__(self)
+        QuantInputOutputLayer.__init__(
+            self, input_quant, output_quant, tie_input_output_quant, return_quant_tensor, **kwargs)
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return True
+
+    def forward(self, input: Union[Tensor, QuantTensor],
+                other: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        input = self.unpack_input(input)
+        other = self.unpack_input(other)
+        quant_input = self.input_quant(input)
+        quant_other = self.input_quant(other)
+        _check_same_scale(self, quant_input, quant_other, "input", "other")
+        output = quant_input + quant_other
+        quant_output = self.output_quant(output)
+        return self.pack_output(quant_output)
+
+
+class QuantCat(QuantInputOutputLayer, Module):
+    """``output_quant(torch.cat([input_quant(t) for t in tensor_list], dim))``.
+
+    The quantized operands must agree in bit width and sign (always) and in scale and zero
+    point (in eval); a plain tensor among them makes the result a plain tensor."""
+
+    def __init__(
+            self,
+            input_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
+            output_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
+            tie_input_output_quant: bool = False,
+            return_quant_tensor: bool = False,
+            **kwargs) -> None:
+        Module.__init__(self)
+        QuantInputOutputLayer.__init__(
+            self, input_quant, output_quant, tie_input_output_quant, return_quant_tensor, **kwargs)
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return True
+
+    def forward(self, tensor_list: Sequence[Union[Tensor, QuantTensor]],
+                dim: int = 1) -> Union[Tensor, QuantTensor]:
+        # A QuantTensor is itself a (named) tuple: rule it out explicitly.
+        is_sequence = isinstance(tensor_list, (list, tuple)) and not isinstance(
+            tensor_list, QuantTensor)
+        if not is_sequence or len(tensor_list) == 0:
+            raise ValueError(
+                f"{type(self).__name__}: tensor_list must be a non-empty list or tuple of "
+                f"Tensors or QuantTensors, got {type(tensor_list).__name__}"
+                f"{' of length 0' if is_sequence else ''}")
+        # Every operand is checked before any is quantized (quantizing updates statistics).
+        unpacked = [self.unpack_input(t) for t in tensor_list]
+        quant_tensor_list = [self.input_quant(t) for t in unpacked]
+        for i, qt in enumerate(quant_tensor_list[1:], start=1):
+            _check_same_scale(self, quant_tensor_list[0], qt, "tensor_list[0]",
+                              f"tensor_list[{i}]")
+        # Brevitas 0.12 calls QuantTensor.cat here, which only the subclasses define (so it
+        # raises AttributeError); IntQuantTensor.cat is what torch.cat of them does there.
+        output = IntQuantTensor.cat(quant_tensor_list, dim=dim)
+        quant_output = self.output_quant(output)
+        return self.pack_output(quant_output)

@@ -1,0 +1,197 @@
+"""Layer bases the quant layers derive from (Brevitas's brevitas.nn.quant_layer).
+
+* QuantNonLinearActLayer: input quant, then an activation fused with its quantizer (QuantReLU...).
+* QuantInputOutputLayer: input and output quant around a parameter-free op (QuantEltwiseAdd...).
+* QuantWeightBiasInputOutputLayer (QuantWBIOL): also weight and bias quant (QuantLinear,
+  QuantConv2d...). Its forward quantizes the input, the weight, then the bias (whose scale may
+  come from input scale x weight scale), runs the float op on them and quantizes the output.
+"""
+
+from typing import Any, Dict, Optional, Type, Union
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from brevitas_cpp.quant_tensor import QuantTensor
+
+from .mixin import (
+    ActQuantType,
+    BiasQuantType,
+    QuantBiasMixin,
+    QuantInputMixin,
+    QuantLayerMixin,
+    QuantNonLinearActMixin,
+    QuantOutputMixin,
+    QuantWeightMixin,
+    WeightQuantType,
+)
+from .mixin.base import mark_internal_kwargs
+from .utils import merge_bn, rename_state_dict_by_prefix
+
+__all__ = [
+    "ActQuantType",
+    "BiasQuantType",
+    "WeightQuantType",
+    "QuantNonLinearActLayer",
+    "QuantInputOutputLayer",
+    "QuantWeightBiasInputOutputLayer",
+    "QuantWBIOL",
+]
+
+
+def act_quant_dtype_device(layer: Any, kwargs: Dict[str, Any], dtype: Optional[torch.dtype],
+                           device: Any) -> Dict[str, Any]:
+    """kwargs plus the layer's device, and its dtype when narrower than float32, for the input and
+    output quantizers (unless set explicitly). Their scales otherwise start as float32 on the
+    default device, and a float32 scale turns a float16 activation into float32, which the float16
+    weight then can not multiply. Wider dtypes keep Brevitas's float32 scales (and its numbers)."""
+    extra: Dict[str, Any] = {}
+    for prefix in ("input_", "output_"):
+        if device is not None:
+            extra[prefix + "device"] = device
+        if dtype in (torch.float16, torch.bfloat16):
+            extra[prefix + "dtype"] = dtype
+    extra = {k: v for k, v in extra.items() if k not in kwargs}
+    mark_internal_kwargs(layer, *extra)
+    return {**kwargs, **extra}
+
+
+class QuantNonLinearActLayer(QuantNonLinearActMixin, QuantInputMixin, QuantLayerMixin, Module):
+    """Quantized activation: ``act_quant(act_impl(input_quant(x)))``. Unprefixed keywords
+    configure act_quant, ``input_*`` ones input_quant."""
+
+    def __init__(
+            self,
+            act_impl: Optional[Type[Module]],
+            passthrough_act: bool,
+            input_quant: Optional[ActQuantType],
+            act_quant: Optional[ActQuantType],
+            return_quant_tensor: bool,
+            **kwargs):
+        Module.__init__(self)
+        QuantLayerMixin.__init__(self, return_quant_tensor)
+        QuantInputMixin.__init__(self, input_quant, **kwargs)
+        QuantNonLinearActMixin.__init__(self, act_impl, passthrough_act, act_quant, **kwargs)
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return True
+
+    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        input = self.unpack_input(input)
+        quant_input = self.input_quant(input)
+        out = self.act_quant(quant_input)
+        return self.pack_output(out)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # Checkpoints of older Brevitas versions name the proxy act_quant_proxy.
+        rename_state_dict_by_prefix(prefix + "act_quant_proxy", prefix + "act_quant", state_dict)
+        super(QuantNonLinearActLayer, self)._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
+
+class QuantInputOutputLayer(QuantOutputMixin, QuantInputMixin, QuantLayerMixin):
+    """Input and output quantizers. With tie_input_output_quant one proxy serves both (only
+    one of input_quant/output_quant may then be enabled)."""
+
+    def __init__(
+            self,
+            input_quant: Optional[ActQuantType],
+            output_quant: Optional[ActQuantType],
+            tie_input_output_quant: bool,
+            return_quant_tensor: bool,
+            **kwargs):
+        QuantLayerMixin.__init__(self, return_quant_tensor)
+        QuantInputMixin.__init__(self, input_quant, **kwargs)
+        QuantOutputMixin.__init__(self, output_quant, **kwargs)
+        # Checked after construction: keywords alone can enable a quantizer.
+        if tie_input_output_quant:
+            if self.input_quant.is_quant_enabled and self.output_quant.is_quant_enabled:
+                raise ValueError(
+                    f"{type(self).__name__}: tie_input_output_quant=True needs exactly one of "
+                    f"input_quant and output_quant enabled, but both are")
+            if self.input_quant.is_quant_enabled:
+                self.output_quant = self.input_quant
+            elif self.output_quant.is_quant_enabled:
+                self.input_quant = self.output_quant
+
+
+class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInputOutputLayer):
+    """Base of the weight layers. Subclasses also derive from their float layer and define
+    ``inner_forward_impl(x, quant_weight, quant_bias)`` (the float op) and
+    ``output_channel_dim``."""
+
+    def __init__(
+            self,
+            weight_quant: Optional[WeightQuantType],
+            bias_quant: Optional[BiasQuantType],
+            input_quant: Optional[ActQuantType],
+            output_quant: Optional[ActQuantType],
+            return_quant_tensor: bool,
+            **kwargs):
+        QuantInputOutputLayer.__init__(
+            self,
+            input_quant,
+            output_quant,
+            tie_input_output_quant=False,
+            return_quant_tensor=return_quant_tensor,
+            **kwargs)
+        QuantWeightMixin.__init__(self, weight_quant, **kwargs)
+        QuantBiasMixin.__init__(self, bias_quant, **kwargs)
+        # Set by model-loading code: accept a checkpoint bias for a layer built without one.
+        self._quant_load_model_mode = False
+
+    def inner_forward_impl(self, x: Union[Tensor, QuantTensor], quant_weight: Union[Tensor,
+                                                                                   QuantTensor],
+                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
+        raise NotImplementedError(f"{type(self).__name__} does not define inner_forward_impl")
+
+    @property
+    def per_elem_ops(self):
+        raise NotImplementedError(f"{type(self).__name__} does not define per_elem_ops")
+
+    def merge_bn_in(self, bn: Module) -> None:
+        """Fold the eval-mode batch norm that follows this layer into its weight and bias, and
+        rebuild the weight and bias quantizers from the folded values."""
+        merge_bn(self, bn, output_channel_dim=self.output_channel_dim)
+
+    def forward_impl(self, inp: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+        inp = self.unpack_input(inp)
+        quant_input = self.input_quant(inp)
+        quant_weight = self.quant_weight(quant_input)
+
+        produces_quant_tensor = isinstance(quant_input, QuantTensor) and isinstance(
+            quant_weight, QuantTensor)
+        if self.return_quant_tensor and not (produces_quant_tensor or
+                                             self.output_quant.is_quant_enabled):
+            raise RuntimeError(
+                f"{type(self).__name__}: return_quant_tensor=True, but there is no quantized "
+                f"output to return: quantize the output (output_quant=...), or both the input "
+                f"(input_quant=... or a QuantTensor input) and the weight")
+
+        if self.bias is not None:
+            quant_bias = self.bias_quant(self.bias, quant_input, quant_weight)
+        else:
+            quant_bias = None
+        output_tensor = self.inner_forward_impl(quant_input, quant_weight, quant_bias)
+        quant_output = self.output_quant(output_tensor)
+        return self.pack_output(quant_output)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        bias_key = prefix + "bias"
+        # A checkpoint with a bias for a layer without one comes from bias correction: add a
+        # zero bias so it loads (only when model-loading code asks for it).
+        if bias_key in state_dict and self.bias is None and self._quant_load_model_mode:
+            self.register_parameter(
+                "bias",
+                torch.nn.Parameter(
+                    torch.zeros(
+                        self.out_channels, device=self.weight.device, dtype=self.weight.dtype)))
+        super(QuantWeightBiasInputOutputLayer, self)._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
+
+QuantWBIOL = QuantWeightBiasInputOutputLayer

@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.nn import Module
 
 from brevitas_cpp import jit
+from brevitas_cpp.core._checks import checked_module
 from brevitas_cpp.core.function_wrapper import (
     Abs,
     Identity,
@@ -63,6 +64,13 @@ def _clamp_min_module(min_val: Optional[float]) -> Module:
     return Identity()
 
 
+def _restrict_impl_or_identity(owner: str, restrict_value_impl: Optional[Module]) -> Module:
+    # No restriction given: the identity.
+    if restrict_value_impl is None:
+        return Identity()
+    return checked_module(owner, "restrict_value_impl", restrict_value_impl)
+
+
 def _log2_float(owner: str, x: float) -> float:
     # math.log2's own error ("math domain error") does not say which block or value.
     if not x > 0:
@@ -71,10 +79,38 @@ def _log2_float(owner: str, x: float) -> float:
     return math.log2(x)
 
 
-def _checked_module(owner: str, arg: str, impl) -> Module:
-    if not isinstance(impl, Module):
-        raise TypeError(f"{owner}: {arg} must be a torch.nn.Module, got {impl!r}")
-    return impl
+class _LinearDomainInit:
+    """restrict_init_* of a restriction whose values are scales as they are (no change of
+    domain): initial values pass through, and there is nothing to apply to statistics."""
+
+    def restrict_init_float(self, x: float) -> float:
+        return x
+
+    def restrict_init_tensor(self, x: Tensor) -> Tensor:
+        return x
+
+    def restrict_init_module(self) -> Module:
+        return Identity()
+
+    def restrict_init_inplace_module(self) -> Module:
+        return Identity()
+
+
+class _Log2DomainInit:
+    """restrict_init_* of a restriction whose values live in the log2 domain (the forward maps
+    them back with 2 ** x): initial values and statistics are taken to log2."""
+
+    def restrict_init_float(self, x: float) -> float:
+        return _log2_float(type(self).__name__, x)
+
+    def restrict_init_tensor(self, x: Tensor) -> Tensor:
+        return torch.log2(x)
+
+    def restrict_init_module(self) -> Module:
+        return LogTwo()
+
+    def restrict_init_inplace_module(self) -> Module:
+        return InplaceLogTwo()
 
 
 class _RestrictClampValue(jit.ScriptModule):
@@ -88,11 +124,8 @@ class _RestrictClampValue(jit.ScriptModule):
         super().__init__()
         min_val = _checked_min_val(type(self).__name__, scaling_min_val)
         self.clamp_min_ste = _clamp_min_module(min_val)
-        if restrict_value_impl is None:
-            self.restrict_value_impl = Identity()
-        else:
-            self.restrict_value_impl = _checked_module(
-                type(self).__name__, "restrict_value_impl", restrict_value_impl)
+        self.restrict_value_impl = _restrict_impl_or_identity(
+            type(self).__name__, restrict_value_impl)
         # bool(): injection may hand over a truthy object (e.g. a stats op's is_scale_unsigned).
         self.apply_abs = Abs() if bool(is_unsigned) else Identity()
 
@@ -109,11 +142,8 @@ class _RestrictValue(jit.ScriptModule):
 
     def __init__(self, restrict_value_impl: Optional[Module]) -> None:
         super().__init__()
-        if restrict_value_impl is None:
-            self.restrict_value_impl = Identity()
-        else:
-            self.restrict_value_impl = _checked_module(
-                type(self).__name__, "restrict_value_impl", restrict_value_impl)
+        self.restrict_value_impl = _restrict_impl_or_identity(
+            type(self).__name__, restrict_value_impl)
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -146,101 +176,53 @@ class _AbsValue(jit.ScriptModule):
         return self.apply_abs(x)
 
 
-class FloatRestrictValue(jit.ScriptModule):
+class FloatRestrictValue(_LinearDomainInit, jit.ScriptModule):
     """No restriction: values are used as they are, in the linear domain."""
 
     def __init__(self) -> None:
         super().__init__()
-
-    def restrict_init_float(self, x: float) -> float:
-        return x
-
-    def restrict_init_tensor(self, x: Tensor) -> Tensor:
-        return x
-
-    def restrict_init_module(self) -> Module:
-        return Identity()
-
-    def restrict_init_inplace_module(self) -> Module:
-        return Identity()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return x
 
 
-class LogFloatRestrictValue(jit.ScriptModule):
+class LogFloatRestrictValue(_Log2DomainInit, jit.ScriptModule):
     """Values live in the log2 domain and are mapped back with 2 ** x (positive scales)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.power_of_two: Module = PowerOfTwo()
 
-    def restrict_init_float(self, x: float) -> float:
-        return _log2_float(type(self).__name__, x)
-
-    def restrict_init_tensor(self, x: Tensor) -> Tensor:
-        return torch.log2(x)
-
-    def restrict_init_module(self) -> Module:
-        return LogTwo()
-
-    def restrict_init_inplace_module(self) -> Module:
-        return InplaceLogTwo()
-
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return self.power_of_two(x)
 
 
-class IntRestrictValue(jit.ScriptModule):
+class IntRestrictValue(_LinearDomainInit, jit.ScriptModule):
     """Values are made integers by restrict_value_float_to_int_impl (round by default)."""
 
     # The default instance is stateless, so sharing it between instances (as Brevitas) is safe.
     def __init__(self, restrict_value_float_to_int_impl: Module = RoundSte()) -> None:
         super().__init__()
-        self.float_to_int_impl = _checked_module(
+        self.float_to_int_impl = checked_module(
             type(self).__name__, "restrict_value_float_to_int_impl",
             restrict_value_float_to_int_impl)
-
-    def restrict_init_float(self, x: float) -> float:
-        return x
-
-    def restrict_init_tensor(self, x: Tensor) -> Tensor:
-        return x
-
-    def restrict_init_module(self) -> Module:
-        return Identity()
-
-    def restrict_init_inplace_module(self) -> Module:
-        return Identity()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return self.float_to_int_impl(x)
 
 
-class PowerOfTwoRestrictValue(jit.ScriptModule):
+class PowerOfTwoRestrictValue(_Log2DomainInit, jit.ScriptModule):
     """Values live in the log2 domain, are made integers there, then mapped back: 2 ** int(x)."""
 
     def __init__(self, restrict_value_float_to_int_impl: Module = RoundSte()) -> None:
         super().__init__()
-        self.float_to_int_impl = _checked_module(
+        self.float_to_int_impl = checked_module(
             type(self).__name__, "restrict_value_float_to_int_impl",
             restrict_value_float_to_int_impl)
         self.power_of_two: Module = PowerOfTwo()
-
-    def restrict_init_float(self, x: float) -> float:
-        return _log2_float(type(self).__name__, x)
-
-    def restrict_init_tensor(self, x: Tensor) -> Tensor:
-        return torch.log2(x)
-
-    def restrict_init_module(self) -> Module:
-        return LogTwo()
-
-    def restrict_init_inplace_module(self) -> Module:
-        return InplaceLogTwo()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:

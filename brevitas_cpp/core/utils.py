@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from brevitas_cpp import jit
+from brevitas_cpp.core._state_dict import KeyPolicy
 
 VALUE_ATTR_NAME = "value"
 
@@ -37,9 +38,11 @@ def inplace_momentum_update(
     return tensor
 
 
-class StatelessBuffer(jit.ScriptModule):
+class StatelessBuffer(KeyPolicy, jit.ScriptModule):
     """A constant tensor that follows ``.to()``/``.cuda()`` like a buffer but is neither saved
     to nor expected in the state_dict (it is derived from the quantizer's settings)."""
+
+    NEVER_SAVED_KEYS = (VALUE_ATTR_NAME,)
 
     def __init__(self, value: Tensor) -> None:
         super().__init__()
@@ -48,15 +51,6 @@ class StatelessBuffer(jit.ScriptModule):
     @jit.script_method
     def forward(self) -> Tensor:
         return self.value.detach()
-
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + VALUE_ATTR_NAME
-        if value_key in missing_keys:
-            missing_keys.remove(value_key)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         # Nothing to save: the value is rebuilt from the quantizer's settings.

@@ -11,20 +11,30 @@ import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
 
-from brevitas_cpp import config, jit
-from brevitas_cpp.core.function_wrapper import Identity
-from brevitas_cpp.core.scaling.runtime import (
-    _AffineRescaling,
+from brevitas_cpp import jit
+from brevitas_cpp.core._checks import (
     check_affine_inits,
+    checked_bool,
     checked_collect_stats_steps,
-    checked_finite,
     checked_module,
     checked_momentum,
-    checked_parameter_list,
-    checked_shape,
+)
+from brevitas_cpp.core._learned import (
+    checked_stats_args,
+    hold_lazy_init_state,
+    hold_warmup_state,
+    initial_value_tensor,
+    tracked_parameter_stats,
     zero_grad_link,
 )
-from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, SCALAR_SHAPE, _ParameterListStats
+from brevitas_cpp.core._state_dict import (
+    KeyPolicy,
+    LazyInitValueStateDict,
+    WarmupValueStateDict,
+)
+from brevitas_cpp.core.function_wrapper import Identity
+from brevitas_cpp.core.scaling.runtime import _AffineRescaling
+from brevitas_cpp.core.stats import DEFAULT_MOMENTUM
 from brevitas_cpp.core.utils import StatelessBuffer, inplace_momentum_update, inplace_tensor_add
 from brevitas_cpp.function import abs_binary_sign_grad
 
@@ -50,14 +60,8 @@ def _checked_int_quant(owner: str, int_quant) -> Module:
 def _scale_shift(owner: str, int_quant, quantize_zero_point) -> "_ScaleShiftZeroPoint":
     # Checked here so that an error names the block the user built.
     _checked_int_quant(owner, int_quant)
-    _checked_bool(owner, "quantize_zero_point", quantize_zero_point)
+    checked_bool(owner, "quantize_zero_point", quantize_zero_point)
     return _ScaleShiftZeroPoint(int_quant, quantize_zero_point)
-
-
-def _checked_bool(owner: str, arg: str, flag) -> bool:
-    if not isinstance(flag, bool):
-        raise TypeError(f"{owner}: {arg} must be a bool, got {flag!r}")
-    return flag
 
 
 def _affine_rescaling(owner: str, zero_point_shape, rescaling_init, shifting_init, dtype,
@@ -94,7 +98,7 @@ class _ScaleShiftZeroPoint(jit.ScriptModule):
         super().__init__()
         owner = type(self).__name__
         self.int_quant = _checked_int_quant(owner, int_quant)
-        self.quantize_zero_point = _checked_bool(owner, "quantize_zero_point", quantize_zero_point)
+        self.quantize_zero_point = checked_bool(owner, "quantize_zero_point", quantize_zero_point)
 
     @jit.script_method
     def forward(self, zero_point: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
@@ -124,14 +128,9 @@ class StatsFromParameterZeroPoint(jit.ScriptModule):
             device: Optional[torch.device] = None) -> None:
         super().__init__()
         owner = type(self).__name__
-        checked_module(owner, "zero_point_stats_impl", zero_point_stats_impl)
-        checked_module(owner, "zero_point_stats_input_view_shape_impl",
-                       zero_point_stats_input_view_shape_impl)
-        zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
-        tracked_parameter_list = checked_parameter_list(owner, tracked_parameter_list)
-        self.parameter_list_stats = _ParameterListStats(
-            zero_point_stats_impl, zero_point_shape, zero_point_stats_input_view_shape_impl,
-            zero_point_stats_input_concat_dim, tracked_parameter_list)
+        self.parameter_list_stats, zero_point_shape = tracked_parameter_stats(
+            owner, "zero_point", zero_point_stats_impl, zero_point_stats_input_view_shape_impl,
+            zero_point_stats_input_concat_dim, zero_point_shape, tracked_parameter_list)
         self.affine_rescaling = _affine_rescaling(
             owner, zero_point_shape, zero_point_affine_rescaling_init,
             zero_point_affine_shifting_init, dtype, device)
@@ -149,9 +148,12 @@ class StatsFromParameterZeroPoint(jit.ScriptModule):
         return self.scale_shift_zero_point(-stats, scale, bit_width)
 
 
-class ParameterZeroPoint(jit.ScriptModule):
+class ParameterZeroPoint(KeyPolicy, jit.ScriptModule):
     """A learned float zero point (state_dict key ``value``), used as |value| in the integer
     domain, initialised to zero_point_init (broadcast to zero_point_shape when a scalar)."""
+
+    # Retraining from a float checkpoint (IGNORE_MISSING_KEYS) keeps zero_point_init.
+    INIT_KEPT_KEYS = ("value",)
 
     def __init__(
             self,
@@ -163,23 +165,9 @@ class ParameterZeroPoint(jit.ScriptModule):
             device: Optional[torch.device] = None) -> None:
         super().__init__()
         owner = type(self).__name__
-        checked_finite(owner, "zero_point_init", zero_point_init)
-        if zero_point_shape is not None:
-            zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
-        if isinstance(zero_point_init, Tensor):
-            if zero_point_shape is not None and zero_point_init.shape != SCALAR_SHAPE and \
-                    tuple(zero_point_init.shape) != zero_point_shape:
-                # RuntimeError as Brevitas, for callers that catch it.
-                raise RuntimeError(
-                    f"{owner}: zero_point_init has shape {tuple(zero_point_init.shape)}, which is "
-                    f"neither a scalar () nor zero_point_shape {zero_point_shape}")
-            # A copy: learning must not write into the caller's tensor.
-            init = zero_point_init.detach().to(dtype=dtype, device=device, copy=True)
-        else:
-            init = torch.tensor(zero_point_init, dtype=dtype, device=device)
-        if init.shape == SCALAR_SHAPE and zero_point_shape is not None:
-            init = torch.full(zero_point_shape, init, dtype=dtype, device=device)
-        self.value = Parameter(init)
+        self.value = Parameter(initial_value_tensor(
+            owner, "zero_point_init", zero_point_init, "zero_point_shape", zero_point_shape,
+            dtype, device))
         self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
 
     @jit.script_method
@@ -187,17 +175,8 @@ class ParameterZeroPoint(jit.ScriptModule):
         out = abs_binary_sign_grad(self.value)
         return self.scale_shift_zero_point(out, scale, bit_width)
 
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + "value"
-        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
-            missing_keys.remove(value_key)
 
-
-class ParameterFromRuntimeZeroPoint(jit.ScriptModule):
+class ParameterFromRuntimeZeroPoint(WarmupValueStateDict, jit.ScriptModule):
     """A learned zero point initialised from statistics of the runtime input.
 
     For the first collect_stats_steps training calls the zero point is the batch statistic and
@@ -206,6 +185,9 @@ class ParameterFromRuntimeZeroPoint(jit.ScriptModule):
     seen (the running average until initialisation); loading it ends the collection."""
 
     __constants__ = ["zero_point_shape"]
+    # As Brevitas: before the first batch the placeholder 0 is not saved, even with
+    # config._FULL_STATE_DICT (the scale's placeholder is).
+    FULL_STATE_DICT_KEEPS_PLACEHOLDER = False
 
     def __init__(
             self,
@@ -221,24 +203,18 @@ class ParameterFromRuntimeZeroPoint(jit.ScriptModule):
         super().__init__()
         owner = type(self).__name__
         collect_stats_steps = checked_collect_stats_steps(owner, collect_stats_steps)
-        checked_module(owner, "zero_point_stats_impl", zero_point_stats_impl)
-        checked_module(owner, "zero_point_stats_input_view_shape_impl",
-                       zero_point_stats_input_view_shape_impl)
-        zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
+        zero_point_shape = checked_stats_args(
+            owner, "zero_point", zero_point_stats_impl, zero_point_stats_input_view_shape_impl,
+            zero_point_shape)
         zero_point_stats_momentum = checked_momentum(
             owner, "zero_point_stats_momentum", zero_point_stats_momentum)
-        self.collect_stats_steps: int = jit.Attribute(collect_stats_steps, int)
-        self.counter: int = jit.Attribute(0, int)
+        # buffer and value start at 0: the first batch and the initialisation add in.
+        hold_warmup_state(self, collect_stats_steps, zero_point_stats_momentum, zero_point_shape,
+                          0.0, dtype, device)
         self.zero_point_shape = zero_point_shape
         self.stats_input_view_shape_impl = zero_point_stats_input_view_shape_impl
-        self.momentum: Optional[float] = jit.Attribute(zero_point_stats_momentum, Optional[float])
-        # Both start at 0 so that the first batch / the initialisation are in-place adds.
-        self.value = Parameter(torch.full(zero_point_shape, 0.0, dtype=dtype, device=device))
-        self.register_buffer("buffer", torch.full(zero_point_shape, 0.0, dtype=dtype, device=device))
         self.zero_point_stats_impl = zero_point_stats_impl
         self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
-        # Set by calibration code: batch statistics without touching the running average.
-        self.local_loss_mode: bool = jit.Attribute(False, bool)
 
     @jit.script_method
     def init_zp(self) -> None:
@@ -278,33 +254,8 @@ class ParameterFromRuntimeZeroPoint(jit.ScriptModule):
         out = abs_binary_sign_grad(out)
         return self.scale_shift_zero_point(out, scale, bit_width)
 
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        value_key = prefix + "value"
-        # The running statistic is saved as value, never as itself.
-        destination.pop(prefix + "buffer", None)
-        if self.counter == 0:
-            destination.pop(value_key, None)
-        elif self.counter <= self.collect_stats_steps:
-            destination[value_key] = self.buffer if keep_vars else self.buffer.detach()
 
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + "value"
-        for never_saved in (prefix + "buffer", prefix + "training"):
-            if never_saved in missing_keys:
-                missing_keys.remove(never_saved)
-        # A loaded value is final: no more statistics collection.
-        if value_key in state_dict:
-            self.counter = self.collect_stats_steps + 1
-        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
-            missing_keys.remove(value_key)
-
-
-class ParameterFromStatsFromParameterZeroPoint(jit.ScriptModule):
+class ParameterFromStatsFromParameterZeroPoint(LazyInitValueStateDict, jit.ScriptModule):
     """A learned zero point initialised, on the first call, from statistics of the tracked
     parameters (affine-rescaled), then learned like ParameterZeroPoint. ``value`` enters the
     state_dict once initialised, and loading it marks the block initialised."""
@@ -324,23 +275,15 @@ class ParameterFromStatsFromParameterZeroPoint(jit.ScriptModule):
             device: Optional[torch.device] = None) -> None:
         super().__init__()
         owner = type(self).__name__
-        checked_module(owner, "zero_point_stats_impl", zero_point_stats_impl)
-        checked_module(owner, "zero_point_stats_input_view_shape_impl",
-                       zero_point_stats_input_view_shape_impl)
-        zero_point_shape = checked_shape(owner, "zero_point_shape", zero_point_shape)
-        tracked_parameter_list = checked_parameter_list(owner, tracked_parameter_list)
-        self.parameter_list_stats = _ParameterListStats(
-            zero_point_stats_impl, zero_point_shape, zero_point_stats_input_view_shape_impl,
-            zero_point_stats_input_concat_dim, tracked_parameter_list)
+        self.parameter_list_stats, zero_point_shape = tracked_parameter_stats(
+            owner, "zero_point", zero_point_stats_impl, zero_point_stats_input_view_shape_impl,
+            zero_point_stats_input_concat_dim, zero_point_shape, tracked_parameter_list)
         self.affine_rescaling = _affine_rescaling(
             owner, zero_point_shape, zero_point_affine_rescaling_init,
             zero_point_affine_shifting_init, dtype, device)
         self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
-        self.init_done: bool = jit.Attribute(False, bool)
-        # Set by calibration code (e.g. MSE search) to get the statistic without initialising.
-        self.local_loss_mode: bool = jit.Attribute(False, bool)
-        # Starts at 0 so that initialisation is an in-place add of the statistic.
-        self.value = Parameter(torch.full(zero_point_shape, 0.0, dtype=dtype, device=device))
+        # value starts at 0: initialisation adds the statistic in.
+        hold_lazy_init_state(self, zero_point_shape, 0.0, dtype, device)
 
     @jit.script_method
     def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
@@ -358,21 +301,3 @@ class ParameterFromStatsFromParameterZeroPoint(jit.ScriptModule):
         value = self.scale_shift_zero_point(value, scale, bit_width)
         self.init_done = True
         return value
-
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        # Before initialisation value is only the placeholder 0.
-        if not self.init_done and not config._FULL_STATE_DICT:
-            destination.pop(prefix + "value", None)
-
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + "value"
-        # A loaded value is final: do not overwrite it with fresh statistics.
-        if value_key in state_dict:
-            self.init_done = True
-        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
-            missing_keys.remove(value_key)

@@ -123,66 +123,58 @@ class ParamMinMaxInitScaling(ExtendedInjector):
 # ---- integer formats -----------------------------------------------------------------------------
 
 
-class IntQuant(ExtendedInjector):
-    """Signed integers [-2^(b-1), 2^(b-1) - 1], zero point 0, round half to even."""
+class _RoundedConstBitWidthInt(ExtendedInjector):
+    """What every integer format below shares: a constant bit width, round half to even."""
     quant_type = QuantType.INT
     bit_width_impl_type = BitWidthImplType.CONST
     float_to_int_impl_type = FloatToIntImplType.ROUND
+
+
+class IntQuant(_RoundedConstBitWidthInt):
+    """Signed integers [-2^(b-1), 2^(b-1) - 1], zero point 0, round half to even."""
     narrow_range = False
     signed = True
     zero_point_impl = ZeroZeroPoint
 
 
-class NarrowIntQuant(ExtendedInjector):
+class NarrowIntQuant(_RoundedConstBitWidthInt):
     """Signed integers without the most negative value: [-(2^(b-1) - 1), 2^(b-1) - 1]."""
-    quant_type = QuantType.INT
-    bit_width_impl_type = BitWidthImplType.CONST
-    float_to_int_impl_type = FloatToIntImplType.ROUND
     narrow_range = True
     signed = True
     zero_point_impl = ZeroZeroPoint
 
 
-class UintQuant(ExtendedInjector):
+class UintQuant(_RoundedConstBitWidthInt):
     """Unsigned integers [0, 2^b - 1], zero point 0."""
-    quant_type = QuantType.INT
-    bit_width_impl_type = BitWidthImplType.CONST
-    float_to_int_impl_type = FloatToIntImplType.ROUND
     narrow_range = False
     signed = False
     zero_point_impl = ZeroZeroPoint
 
 
-class ShiftedMinUintQuant(ExtendedInjector):
-    """Unsigned integers with an integer zero point from -min(x, 0) of the parameter, shaped
-    and laid out like the scale."""
-    quant_type = QuantType.INT
-    bit_width_impl_type = BitWidthImplType.CONST
-    float_to_int_impl_type = FloatToIntImplType.ROUND
+class _ShiftedUint(_RoundedConstBitWidthInt):
+    """What the shifted unsigned formats share: an integer zero point shaped and laid out like
+    the scale."""
     narrow_range = False
     signed = False
     quantize_zero_point = True
-    zero_point_impl = StatsFromParameterZeroPoint
-    zero_point_stats_impl = NegativeMinOrZero
     zero_point_shape = this.scaling_shape
     zero_point_stats_input_view_shape_impl = this.scaling_stats_input_view_shape_impl
+
+
+class ShiftedMinUintQuant(_ShiftedUint):
+    """Unsigned integers with an integer zero point from -min(x, 0) of the parameter, shaped
+    and laid out like the scale."""
+    zero_point_impl = StatsFromParameterZeroPoint
+    zero_point_stats_impl = NegativeMinOrZero
     zero_point_stats_input_concat_dim = this.scaling_stats_input_concat_dim
 
 
-class ShiftedParamFromPercentileUintQuant(ExtendedInjector):
+class ShiftedParamFromPercentileUintQuant(_ShiftedUint):
     """Unsigned integers with a learned integer zero point, initialised from the negated 0.001th
     percentile of x (or 0) over the first training steps."""
-    quant_type = QuantType.INT
-    bit_width_impl_type = BitWidthImplType.CONST
-    float_to_int_impl_type = FloatToIntImplType.ROUND
-    narrow_range = False
-    signed = False
-    quantize_zero_point = True
     zero_point_impl = ParameterFromRuntimeZeroPoint
     zero_point_stats_impl = NegativePercentileOrZero
     low_percentile_q = 0.001
-    zero_point_shape = this.scaling_shape
-    zero_point_stats_input_view_shape_impl = this.scaling_stats_input_view_shape_impl
 
 
 # ---- granularity and restriction of the scale ----------------------------------------------------

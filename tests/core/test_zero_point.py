@@ -6,6 +6,13 @@ from typing import List, Optional
 
 import pytest
 import torch
+from core_refs import (
+    assert_grad_close,
+    assert_scripted,
+    backward_same,
+    ref_momentum_update,
+    ste,
+)
 from torch import Tensor
 
 from brevitas_cpp import config, jit
@@ -55,10 +62,6 @@ class RefIntQuant(jit.ScriptModule):
         return torch.where(y < low, low, y)
 
 
-def ste(value: Tensor, x: Tensor) -> Tensor:
-    return value.detach() + (x - x.detach())
-
-
 def abs_sign_grad(x: Tensor) -> Tensor:
     """|x| with gradient sign(x), sign(0) = +1."""
     signed = x * torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
@@ -83,15 +86,6 @@ def ref_scale_shift(z: Tensor, scale: Tensor, bit_width: Tensor, signed: bool,
     high = ref_max_int(signed, bit_width)
     y = torch.where(y > high, high, y)
     return torch.where(y < low, low, y)
-
-
-def assert_grad_close(actual: Tensor, expected: Tensor) -> None:
-    # TorchScript's autodiff may order a backward differently from eager autograd (a few ulps).
-    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-12)
-
-
-def assert_scripted(block: torch.nn.Module) -> None:
-    assert isinstance(block, torch.jit.ScriptModule) == config.JIT_ENABLED
 
 
 class NegativeMinOverTensor(jit.ScriptModule):
@@ -206,9 +200,7 @@ def test_stats_from_parameter_zero_point(quantize, per_channel, affine):
         stats = stats * aw + ab
     expected = ref_scale_shift(-stats, scale, BIT_WIDTH, False, quantize)
     assert torch.equal(out, expected) and out.shape == expected.shape
-    g = torch.randn(out.shape)
-    out.backward(g)
-    expected.backward(g)
+    backward_same(out, expected)
     assert_grad_close(wp.grad, wr.grad)
     if rescale is not None:
         affine_block = block.affine_rescaling
@@ -250,9 +242,7 @@ def test_parameter_zero_point(quantize, shape):
     leaf = init.clone().requires_grad_()
     expected = ref_scale_shift(abs_sign_grad(leaf), scale, BIT_WIDTH, False, quantize)
     assert torch.equal(out, expected)
-    g = torch.randn(out.shape)
-    out.backward(g)
-    expected.backward(g)
+    backward_same(out, expected)
     assert_grad_close(block.value.grad, leaf.grad)
 
     saved = block.state_dict()
@@ -335,9 +325,7 @@ def test_parameter_from_stats_zero_point(quantize, per_channel, affine):
     leaf = init.clone().requires_grad_()
     expected = ref_scale_shift(abs_sign_grad(leaf), scale, BIT_WIDTH, False, quantize)
     assert torch.equal(out, expected)
-    g = torch.randn(out.shape)
-    out.backward(g)
-    expected.backward(g)
+    backward_same(out, expected)
     assert_grad_close(block.value.grad, leaf.grad)
     assert wp.grad is None or torch.count_nonzero(wp.grad) == 0
 
@@ -424,19 +412,13 @@ def test_parameter_from_runtime_zero_point(quantize, momentum, per_channel):
         # During the warm-up the zero point is the batch statistic.
         expected = ref_scale_shift(abs_sign_grad(stats), scale, BIT_WIDTH, False, quantize)
         assert torch.equal(out, expected), step
-        g = torch.randn(out.shape)
-        out.backward(g)
-        expected.backward(g)
+        backward_same(out, expected)
         assert_grad_close(x.grad, xr.grad)
         assert torch.equal(block.value.grad, torch.zeros_like(block.value))  # linked (DDP)
         block.value.grad = None
         s = stats.detach()
-        if running is None:
-            running = 0.0 + s
-        elif momentum is None:
-            running = running * (step / (step + 1)) + s / (step + 1)
-        else:
-            running = running * (1 - momentum) + momentum * s
+        # The first batch is added to a buffer of zeros (so -0.0 becomes +0.0).
+        running = 0.0 + s if running is None else ref_momentum_update(running, s, step, momentum)
 
     block.eval()
     assert torch.equal(block(data[0], scale, BIT_WIDTH),
@@ -449,9 +431,7 @@ def test_parameter_from_runtime_zero_point(quantize, momentum, per_channel):
     leaf = init.clone().requires_grad_()
     expected = ref_scale_shift(abs_sign_grad(leaf), scale, BIT_WIDTH, False, quantize)
     assert torch.equal(out, expected)
-    g = torch.randn(out.shape)
-    out.backward(g)
-    expected.backward(g)
+    backward_same(out, expected)
     assert_grad_close(block.value.grad, leaf.grad)
     block.eval()
     assert torch.equal(block(data[0], scale, BIT_WIDTH), out.detach())

@@ -8,7 +8,9 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
-from brevitas_cpp import config, jit
+from brevitas_cpp import jit
+from brevitas_cpp.core._checks import checked_module
+from brevitas_cpp.core._state_dict import KeyPolicy
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function.ops_ste import tensor_clamp_ste
 
@@ -43,9 +45,11 @@ class BitWidthConst(jit.ScriptModule):
         return self.bit_width()
 
 
-class BitWidthStatefulConst(jit.ScriptModule):
+class BitWidthStatefulConst(KeyPolicy, jit.ScriptModule):
     """A constant bit-width as a float tensor kept as the buffer "bit_width", so that it is saved
     with (and restored from) a checkpoint."""
+
+    INIT_KEPT_KEYS = ("bit_width",)
 
     def __init__(
             self,
@@ -61,15 +65,6 @@ class BitWidthStatefulConst(jit.ScriptModule):
     def forward(self) -> Tensor:
         return self.bit_width
 
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + "bit_width"
-        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
-            missing_keys.remove(value_key)
-
 
 class MsbClampBitWidth(jit.ScriptModule):
     """|input_bit_width - bit_width_to_remove_impl()| clamped to
@@ -82,10 +77,7 @@ class MsbClampBitWidth(jit.ScriptModule):
             max_overall_bit_width: int) -> None:
         super().__init__()
         owner = type(self).__name__
-        if not isinstance(bit_width_to_remove_impl, Module):
-            raise TypeError(
-                f"{owner}: bit_width_to_remove_impl must be a torch.nn.Module, "
-                f"got {bit_width_to_remove_impl!r}")
+        checked_module(owner, "bit_width_to_remove_impl", bit_width_to_remove_impl)
         low = _checked_bit_width(owner, "min_overall_bit_width", min_overall_bit_width)
         high = _checked_bit_width(owner, "max_overall_bit_width", max_overall_bit_width)
         if low > high:

@@ -10,6 +10,7 @@ from typing import Optional
 from torch import Tensor
 
 from brevitas_cpp import jit
+from brevitas_cpp.core._state_dict import KeyPolicy
 from brevitas_cpp.core.quant._checks import check_quant_delay_steps
 
 
@@ -21,8 +22,11 @@ class _NoDelay(jit.ScriptModule):
         return y
 
 
-class _DelayQuant(jit.ScriptModule):
+class _DelayQuant(KeyPolicy, jit.ScriptModule):
     """x while the countdown is positive (decrementing it), y afterwards."""
+
+    # Some TorchScript versions report the `training` flag as a state entry; it is not state.
+    NEVER_SAVED_KEYS = ("training",)
 
     def __init__(self, quant_delay_steps: int) -> None:
         super().__init__()
@@ -35,16 +39,6 @@ class _DelayQuant(jit.ScriptModule):
             self.quant_delay_steps = self.quant_delay_steps - 1
             return x
         return y
-
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        # Some TorchScript versions report the `training` flag as a state entry; it is not state.
-        training_key = prefix + "training"
-        if training_key in missing_keys:
-            missing_keys.remove(training_key)
 
 
 class DelayWrapper(jit.ScriptModule):

@@ -22,9 +22,16 @@ from brevitas_cpp.function.ops_ste import round_ste
 QuantTuple = Tuple[Tensor, Tensor, Tensor, Tensor]
 
 
-def _zero_point_buffer() -> StatelessBuffer:
-    # Not state: a quantizer with a fixed zero point of 0 saves and expects nothing for it.
-    return StatelessBuffer(torch.tensor(0.0))
+def _hold_prescaled_blocks(block: Module, int_quant: Module, bit_width_impl: Module) -> None:
+    """The blocks of a quantizer whose scale is given: int_quant, the bit width block (under
+    Brevitas's name msb_clamp_bit_width_impl) and a zero point of 0, which is not state (such a
+    quantizer saves and expects nothing for it)."""
+    owner = type(block).__name__
+    check_module(owner, "int_quant", int_quant)
+    check_module(owner, "bit_width_impl", bit_width_impl)
+    block.int_quant = int_quant
+    block.msb_clamp_bit_width_impl = bit_width_impl
+    block.zero_point = StatelessBuffer(torch.tensor(0.0))
 
 
 class PrescaledRestrictIntQuantWithInputBitWidth(jit.ScriptModule):
@@ -35,12 +42,7 @@ class PrescaledRestrictIntQuantWithInputBitWidth(jit.ScriptModule):
 
     def __init__(self, int_quant: Module, bit_width_impl: Module) -> None:
         super().__init__()
-        owner = type(self).__name__
-        check_module(owner, "int_quant", int_quant)
-        check_module(owner, "bit_width_impl", bit_width_impl)
-        self.int_quant = int_quant
-        self.msb_clamp_bit_width_impl = bit_width_impl
-        self.zero_point = _zero_point_buffer()
+        _hold_prescaled_blocks(self, int_quant, bit_width_impl)
 
     @jit.script_method
     def forward(self, x: Tensor, scale: Tensor, input_bit_width: Tensor) -> QuantTuple:
@@ -57,12 +59,7 @@ class PrescaledRestrictIntQuant(jit.ScriptModule):
 
     def __init__(self, int_quant: Module, bit_width_impl: Module) -> None:
         super().__init__()
-        owner = type(self).__name__
-        check_module(owner, "int_quant", int_quant)
-        check_module(owner, "bit_width_impl", bit_width_impl)
-        self.int_quant = int_quant
-        self.msb_clamp_bit_width_impl = bit_width_impl
-        self.zero_point = _zero_point_buffer()
+        _hold_prescaled_blocks(self, int_quant, bit_width_impl)
 
     @jit.script_method
     def forward(self, x: Tensor, scale: Tensor) -> QuantTuple:

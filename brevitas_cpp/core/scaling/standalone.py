@@ -11,28 +11,40 @@ import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
 
-from brevitas_cpp import config, jit
-from brevitas_cpp.core.function_wrapper import OverBatchOverTensorView, TensorClamp
-from brevitas_cpp.core.restrict_val import (
-    FloatRestrictValue,
-    _AbsValue,
-    _ClampValue,
-    _RestrictClampValue,
-    _RestrictValue,
-)
-from brevitas_cpp.core.scaling.runtime import (
-    _StatsScaling,
+from brevitas_cpp import jit
+from brevitas_cpp.core._checks import (
     check_affine_inits,
     checked_collect_stats_steps,
     checked_finite,
     checked_module,
     checked_momentum,
-    checked_parameter_list,
     checked_restrict_impl,
-    checked_shape,
+)
+from brevitas_cpp.core._learned import (
+    checked_stats_args,
+    checked_threshold_impl,
+    hold_lazy_init_state,
+    hold_restrict_clamps,
+    hold_warmup_state,
+    initial_value_tensor,
+    tracked_parameter_stats,
     zero_grad_link,
 )
-from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, SCALAR_SHAPE, _ParameterListStats, _Stats
+from brevitas_cpp.core._state_dict import (
+    LEGACY_VALUE_KEYS,
+    KeyPolicy,
+    LazyInitValueStateDict,
+    WarmupValueStateDict,
+)
+from brevitas_cpp.core.function_wrapper import OverBatchOverTensorView, TensorClamp
+from brevitas_cpp.core.restrict_val import (
+    FloatRestrictValue,
+    _AbsValue,
+    _ClampValue,
+    _RestrictValue,
+)
+from brevitas_cpp.core.scaling.runtime import _StatsScaling
+from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, SCALAR_SHAPE, _Stats
 from brevitas_cpp.core.utils import StatelessBuffer, inplace_momentum_update, inplace_tensor_mul
 
 __all__ = [
@@ -43,15 +55,6 @@ __all__ = [
     "TruncMsbScaling",
     "TruncScalingWrapper",
 ]
-
-# Older checkpoints name the learned scale 'learned_value'.
-_LEGACY_VALUE_NAME = "learned_value"
-
-
-def _rename_legacy_value(state_dict, prefix: str) -> None:
-    legacy_key = prefix + _LEGACY_VALUE_NAME
-    if legacy_key in state_dict:
-        state_dict[prefix + "value"] = state_dict.pop(legacy_key)
 
 
 def _restricted_init(owner: str, scaling_init: Tensor, restrict_scaling_impl: Module) -> Tensor:
@@ -81,17 +84,12 @@ class ConstScaling(jit.ScriptModule):
             device: Optional[torch.device] = None) -> None:
         super().__init__()
         owner = type(self).__name__
-        checked_restrict_impl(owner, "restrict_scaling_impl", restrict_scaling_impl)
-        if restrict_threshold_impl is None:
-            restrict_threshold_impl = restrict_scaling_impl
-        checked_restrict_impl(owner, "restrict_threshold_impl", restrict_threshold_impl)
+        restrict_threshold_impl = checked_threshold_impl(
+            owner, restrict_scaling_impl, restrict_threshold_impl)
         checked_finite(owner, "scaling_init", scaling_init)
-        self.restrict_clamp_scaling = _RestrictClampValue(
-            scaling_min_val, restrict_scaling_impl, is_scale_unsigned)
-        self.restrict_clamp_threshold = _RestrictClampValue(
-            restrict_value_impl=restrict_threshold_impl)
-        self.restrict_clamp_scale_threshold = _RestrictClampValue(
-            restrict_value_impl=restrict_scale_threshold_impl, is_unsigned=is_scale_unsigned)
+        hold_restrict_clamps(
+            self, restrict_scaling_impl, restrict_threshold_impl, restrict_scale_threshold_impl,
+            scaling_min_val, is_scale_unsigned)
         if isinstance(scaling_init, Tensor):
             # A copy: the block must not alias (and later write into) the caller's tensor.
             init = scaling_init.detach().to(device=device, dtype=dtype, copy=True)
@@ -107,7 +105,6 @@ class ConstScaling(jit.ScriptModule):
                 ) from e
             init = torch.tensor(restricted, dtype=dtype, device=device)
         self.value = StatelessBuffer(init.detach())
-        self.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
 
     @jit.script_method
     def forward(self, placeholder: Tensor, threshold: Optional[Tensor] = None) -> Tensor:
@@ -118,9 +115,13 @@ class ConstScaling(jit.ScriptModule):
         return self.restrict_clamp_scale_threshold(value / threshold)
 
 
-class ParameterScaling(jit.ScriptModule):
+class ParameterScaling(KeyPolicy, jit.ScriptModule):
     """A learned scale (state_dict key ``value``, in the restrict domain), initialised to
     scaling_init, broadcast to scaling_shape when scaling_init is a scalar."""
+
+    RENAMED_KEYS = LEGACY_VALUE_KEYS
+    # Retraining from a float checkpoint (IGNORE_MISSING_KEYS) keeps scaling_init.
+    INIT_KEPT_KEYS = ("value",)
 
     def __init__(
             self,
@@ -135,35 +136,15 @@ class ParameterScaling(jit.ScriptModule):
             device: Optional[torch.device] = None) -> None:
         super().__init__()
         owner = type(self).__name__
-        checked_restrict_impl(owner, "restrict_scaling_impl", restrict_scaling_impl)
-        if restrict_threshold_impl is None:
-            restrict_threshold_impl = restrict_scaling_impl
-        checked_restrict_impl(owner, "restrict_threshold_impl", restrict_threshold_impl)
-        checked_finite(owner, "scaling_init", scaling_init)
-        if scaling_shape is not None:
-            scaling_shape = checked_shape(owner, "scaling_shape", scaling_shape)
-        if isinstance(scaling_init, Tensor):
-            if scaling_shape is not None and scaling_init.shape != SCALAR_SHAPE and \
-                    tuple(scaling_init.shape) != scaling_shape:
-                # RuntimeError as Brevitas, for callers that catch it.
-                raise RuntimeError(
-                    f"{owner}: scaling_init has shape {tuple(scaling_init.shape)}, which is neither "
-                    f"a scalar () nor scaling_shape {scaling_shape}")
-            # A copy: learning must not write into the caller's tensor.
-            init = scaling_init.detach().to(device=device, dtype=dtype, copy=True)
-        else:
-            init = torch.tensor(scaling_init, dtype=dtype, device=device)
-        init = _restricted_init(owner, init, restrict_scaling_impl)
-        if init.shape == SCALAR_SHAPE and scaling_shape is not None:
-            init = torch.full(scaling_shape, init, dtype=dtype, device=device)
-        self.value = Parameter(init)
-        self.restrict_clamp_scaling = _RestrictClampValue(
-            scaling_min_val, restrict_scaling_impl, is_scale_unsigned)
-        self.restrict_clamp_threshold = _RestrictClampValue(
-            restrict_value_impl=restrict_threshold_impl)
-        self.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
-        self.restrict_clamp_scale_threshold = _RestrictClampValue(
-            restrict_value_impl=restrict_scale_threshold_impl, is_unsigned=is_scale_unsigned)
+        restrict_threshold_impl = checked_threshold_impl(
+            owner, restrict_scaling_impl, restrict_threshold_impl)
+        # Restricted before the broadcast: log2 of a scalar, then copies.
+        self.value = Parameter(initial_value_tensor(
+            owner, "scaling_init", scaling_init, "scaling_shape", scaling_shape, dtype, device,
+            to_domain=lambda init: _restricted_init(owner, init, restrict_scaling_impl)))
+        hold_restrict_clamps(
+            self, restrict_scaling_impl, restrict_threshold_impl, restrict_scale_threshold_impl,
+            scaling_min_val, is_scale_unsigned)
 
     @jit.script_method
     def forward(self, placeholder: Tensor, threshold: Optional[Tensor] = None) -> Tensor:
@@ -174,19 +155,8 @@ class ParameterScaling(jit.ScriptModule):
         value = self.restrict_clamp_scaling(self.value)
         return self.restrict_clamp_scale_threshold(value / threshold)
 
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        _rename_legacy_value(state_dict, prefix)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + "value"
-        # Retraining from a float checkpoint: keep scaling_init.
-        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
-            missing_keys.remove(value_key)
 
-
-class ParameterFromStatsFromParameterScaling(jit.ScriptModule):
+class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptModule):
     """A learned scale initialised, on the first call, from statistics of the tracked
     parameters (then clamped, moved to the restrict domain and affine-rescaled); afterwards it
     is learned like ParameterScaling. ``value`` enters the state_dict once initialised, and
@@ -211,17 +181,12 @@ class ParameterFromStatsFromParameterScaling(jit.ScriptModule):
             device: Optional[torch.device] = None) -> None:
         super().__init__()
         owner = type(self).__name__
-        checked_module(owner, "scaling_stats_impl", scaling_stats_impl)
-        checked_module(owner, "scaling_stats_input_view_shape_impl",
-                       scaling_stats_input_view_shape_impl)
         checked_restrict_impl(owner, "restrict_scaling_impl", restrict_scaling_impl)
-        scaling_shape = checked_shape(owner, "scaling_shape", scaling_shape)
-        tracked_parameter_list = checked_parameter_list(owner, tracked_parameter_list)
+        self.parameter_list_stats, scaling_shape = tracked_parameter_stats(
+            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl,
+            scaling_stats_input_concat_dim, scaling_shape, tracked_parameter_list, force_parameter)
         check_affine_inits(
             owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init)
-        self.parameter_list_stats = _ParameterListStats(
-            scaling_stats_impl, scaling_shape, scaling_stats_input_view_shape_impl,
-            scaling_stats_input_concat_dim, tracked_parameter_list, force_parameter)
         if restrict_threshold_impl is None:
             restrict_threshold_impl = restrict_scaling_impl
         self.stats_scaling_impl = _StatsScaling(
@@ -238,11 +203,8 @@ class ParameterFromStatsFromParameterScaling(jit.ScriptModule):
         self.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
         self.restrict_inplace_scaling_pre = restrict_scaling_impl.restrict_init_inplace_module()
         self.clamp_scaling = _ClampValue(scaling_min_val)
-        self.init_done: bool = jit.Attribute(False, bool)
-        # Set by calibration code (e.g. MSE search) to get the statistic without initialising.
-        self.local_loss_mode: bool = jit.Attribute(False, bool)
-        # Starts at 1 so that initialisation is an in-place multiply by the statistic.
-        self.value = Parameter(torch.full(scaling_shape, 1.0, dtype=dtype, device=device))
+        # value starts at 1: initialisation multiplies the statistic in.
+        hold_lazy_init_state(self, scaling_shape, 1.0, dtype, device)
 
     @jit.script_method
     def forward(self, x: Tensor, threshold: Optional[Tensor] = None) -> Tensor:
@@ -270,26 +232,8 @@ class ParameterFromStatsFromParameterScaling(jit.ScriptModule):
         self.init_done = True
         return value
 
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        # Before initialisation value is only the placeholder 1.
-        if not self.init_done and not config._FULL_STATE_DICT:
-            destination.pop(prefix + "value", None)
 
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + "value"
-        # A loaded value is final: do not overwrite it with fresh statistics.
-        if value_key in state_dict:
-            self.init_done = True
-        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
-            missing_keys.remove(value_key)
-
-
-class ParameterFromRuntimeStatsScaling(jit.ScriptModule):
+class ParameterFromRuntimeStatsScaling(WarmupValueStateDict, jit.ScriptModule):
     """A learned scale initialised from statistics of the runtime input.
 
     For the first collect_stats_steps training calls the scale is the batch statistic (clamped,
@@ -297,6 +241,8 @@ class ParameterFromRuntimeStatsScaling(jit.ScriptModule):
     eval meanwhile); the next training call moves that average into the learned ``value``, which
     is used from then on as in ParameterScaling. ``value`` is saved once a batch has been seen
     (the running average until initialisation); loading it ends the statistics collection."""
+
+    RENAMED_KEYS = LEGACY_VALUE_KEYS
 
     def __init__(
             self,
@@ -315,31 +261,23 @@ class ParameterFromRuntimeStatsScaling(jit.ScriptModule):
         super().__init__()
         owner = type(self).__name__
         collect_stats_steps = checked_collect_stats_steps(owner, collect_stats_steps)
-        checked_module(owner, "scaling_stats_impl", scaling_stats_impl)
-        checked_module(owner, "scaling_stats_input_view_shape_impl",
-                       scaling_stats_input_view_shape_impl)
-        checked_restrict_impl(owner, "restrict_scaling_impl", restrict_scaling_impl)
-        if restrict_threshold_impl is None:
-            restrict_threshold_impl = restrict_scaling_impl
-        checked_restrict_impl(owner, "restrict_threshold_impl", restrict_threshold_impl)
-        scaling_shape = checked_shape(owner, "scaling_shape", scaling_shape)
+        restrict_threshold_impl = checked_threshold_impl(
+            owner, restrict_scaling_impl, restrict_threshold_impl)
+        scaling_shape = checked_stats_args(
+            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl,
+            scaling_shape)
         scaling_stats_momentum = checked_momentum(
             owner, "scaling_stats_momentum", scaling_stats_momentum)
-        self.collect_stats_steps: int = jit.Attribute(collect_stats_steps, int)
-        self.counter: int = jit.Attribute(0, int)
+        # buffer and value start at 1: the first batch and the initialisation multiply in.
+        hold_warmup_state(
+            self, collect_stats_steps, scaling_stats_momentum, scaling_shape, 1.0, dtype, device)
         self.stats_input_view_shape_impl = scaling_stats_input_view_shape_impl
         self.stats = _Stats(scaling_stats_impl, scaling_shape)
-        self.momentum: Optional[float] = jit.Attribute(scaling_stats_momentum, Optional[float])
-        # Both start at 1 so that the first batch / the initialisation are in-place multiplies.
-        self.register_buffer("buffer", torch.full(scaling_shape, 1.0, dtype=dtype, device=device))
-        self.value = Parameter(torch.full(scaling_shape, 1.0, dtype=dtype, device=device))
         self.abs_value = _AbsValue(is_unsigned=is_scale_unsigned)
         self.restrict_scaling = _RestrictValue(restrict_scaling_impl)
         self.restrict_threshold = _RestrictValue(restrict_threshold_impl)
         self.restrict_scale_threshold = _RestrictValue(restrict_scale_threshold_impl)
         self.clamp_scaling = _ClampValue(scaling_min_val)
-        # Set by calibration code: batch statistics without touching the running average.
-        self.local_loss_mode: bool = jit.Attribute(False, bool)
         self.restrict_inplace_preprocess = restrict_scaling_impl.restrict_init_inplace_module()
         self.restrict_scaling_pre = restrict_scaling_impl.restrict_init_module()
         self.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
@@ -396,32 +334,9 @@ class ParameterFromRuntimeStatsScaling(jit.ScriptModule):
         out = self.restrict_scale_threshold(out / threshold)
         return self.clamp_scaling(out)
 
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        value_key = prefix + "value"
-        # The running statistic is saved as value (restrict domain), never as itself.
-        destination.pop(prefix + "buffer", None)
-        if self.counter == 0 and not config._FULL_STATE_DICT:
-            destination.pop(value_key, None)
-        elif self.counter <= self.collect_stats_steps:
-            buffer = self.buffer if keep_vars else self.buffer.detach()
-            destination[value_key] = self.restrict_scaling_pre(buffer)
-
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        _rename_legacy_value(state_dict, prefix)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        value_key = prefix + "value"
-        for never_saved in (prefix + "buffer", prefix + "training"):
-            if never_saved in missing_keys:
-                missing_keys.remove(never_saved)
-        # A loaded value is final: no more statistics collection.
-        if value_key in state_dict:
-            self.counter = self.collect_stats_steps + 1
-        if config.IGNORE_MISSING_KEYS and value_key in missing_keys:
-            missing_keys.remove(value_key)
+    def _warmup_value_of(self, average: Tensor) -> Tensor:
+        # value lives in the restrict domain; the running statistic does not.
+        return self.restrict_scaling_pre(average)
 
 
 class TruncMsbScaling(jit.ScriptModule):

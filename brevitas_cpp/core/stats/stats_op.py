@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from brevitas_cpp import jit
+from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.core.utils import StatelessBuffer
 
 DEFAULT_STD_DEV_EPSILON = 1e-8
@@ -64,12 +65,6 @@ def _checked_dim(owner: str, stats_reduce_dim, optional: bool = True) -> Optiona
     return stats_reduce_dim
 
 
-def _checked_bool(owner: str, arg: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}: {arg} must be a bool, got {value!r}")
-    return value
-
-
 def _checked_real(owner: str, arg: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{owner}: {arg} must be a finite number, got {value!r}")
@@ -113,6 +108,32 @@ def _low_k(q: float, n: int) -> int:
     return int(math.ceil(.01 * q * n))
 
 
+def _percentile(x: Tensor, q: float, high: bool, dim: Optional[int], keepdim: bool) -> Tensor:
+    """The q-th percentile of x, over everything (dim None) or along dim: the k-th smallest
+    value, k rounded half up for a high percentile (_high_k) and up for a low one (_low_k)."""
+    if dim is None:
+        n = x.numel()
+        k = _high_k(q, n) if high else _low_k(q, n)
+        return _kthvalue(x.view(-1), k, -1, False)
+    n = x.size(dim)
+    k = _high_k(q, n) if high else _low_k(q, n)
+    return _kthvalue(x, k, dim, keepdim)
+
+
+def _max(x: Tensor, dim: Optional[int], keepdim: bool) -> Tensor:
+    """max(x) over everything (dim None) or along dim."""
+    if dim is None:
+        return torch.max(x)
+    return torch.max(x, dim=dim, keepdim=keepdim)[0]
+
+
+def _min(x: Tensor, dim: Optional[int], keepdim: bool) -> Tensor:
+    """min(x) over everything (dim None) or along dim."""
+    if dim is None:
+        return torch.min(x)
+    return torch.min(x, dim=dim, keepdim=keepdim)[0]
+
+
 # ---- ops ----------------------------------------------------------------------------------------
 
 
@@ -131,14 +152,11 @@ class NegativeMinOrZero(jit.ScriptModule):
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
         self.zero = _zero(dtype, device)
-        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.keepdim = checked_bool(owner, "keepdim", keepdim)
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        if self.stats_reduce_dim is None:
-            min_val = torch.min(x)
-        else:
-            min_val = torch.min(x, dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
+        min_val = _min(x, self.stats_reduce_dim, self.keepdim)
         return torch.clamp(min_val, max=self.zero())
 
 
@@ -161,16 +179,11 @@ class AbsPercentile(jit.ScriptModule, UnsignedScaleStat):
                 f"(got percentile_q={percentile_q!r})")
         self.q = _checked_percentile(owner, "high_percentile_q", high_percentile_q)
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
-        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.keepdim = checked_bool(owner, "keepdim", keepdim)
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        if self.stats_reduce_dim is None:
-            k = _high_k(self.q, x.numel())
-            return _kthvalue(x.abs().view(-1), k, -1, False)
-        else:
-            k = _high_k(self.q, x.size(self.stats_reduce_dim))
-            return _kthvalue(x.abs(), k, self.stats_reduce_dim, self.keepdim)
+        return _percentile(x.abs(), self.q, True, self.stats_reduce_dim, self.keepdim)
 
 
 class NegativePercentileOrZero(jit.ScriptModule):
@@ -190,16 +203,11 @@ class NegativePercentileOrZero(jit.ScriptModule):
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
         self.q = _checked_percentile(owner, "low_percentile_q", low_percentile_q)
         self.zero = _zero(dtype, device)
-        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.keepdim = checked_bool(owner, "keepdim", keepdim)
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        if self.stats_reduce_dim is None:
-            k = _low_k(self.q, x.numel())
-            result = _kthvalue(x.view(-1), k, -1, False)
-        else:
-            k = _low_k(self.q, x.size(self.stats_reduce_dim))
-            result = _kthvalue(x, k, self.stats_reduce_dim, self.keepdim)
+        result = _percentile(x, self.q, False, self.stats_reduce_dim, self.keepdim)
         return torch.clamp(result, max=self.zero())
 
 
@@ -222,21 +230,13 @@ class PercentileInterval(jit.ScriptModule, UnsignedScaleStat):
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
         self.low_q = _checked_percentile(owner, "low_percentile_q", low_percentile_q)
         self.high_q = _checked_percentile(owner, "high_percentile_q", high_percentile_q)
-        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.keepdim = checked_bool(owner, "keepdim", keepdim)
         self.zero = _zero(dtype, device)
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        if self.stats_reduce_dim is None:
-            n = x.numel()
-            flat = x.view(-1)
-            low_result = _kthvalue(flat, _low_k(self.low_q, n), -1, False)
-            high_result = _kthvalue(flat, _high_k(self.high_q, n), -1, False)
-        else:
-            n = x.size(self.stats_reduce_dim)
-            low_result = _kthvalue(x, _low_k(self.low_q, n), self.stats_reduce_dim, self.keepdim)
-            high_result = _kthvalue(
-                x, _high_k(self.high_q, n), self.stats_reduce_dim, self.keepdim)
+        low_result = _percentile(x, self.low_q, False, self.stats_reduce_dim, self.keepdim)
+        high_result = _percentile(x, self.high_q, True, self.stats_reduce_dim, self.keepdim)
         low_result = torch.clamp(low_result, max=self.zero())
         return torch.abs(high_result - low_result)
 
@@ -250,14 +250,11 @@ class AbsMax(jit.ScriptModule, UnsignedScaleStat):
         super().__init__()
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
-        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.keepdim = checked_bool(owner, "keepdim", keepdim)
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        if self.stats_reduce_dim is None:
-            return torch.max(torch.abs(x))
-        else:
-            return torch.max(torch.abs(x), dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
+        return _max(torch.abs(x), self.stats_reduce_dim, self.keepdim)
 
 
 class AbsMinMax(jit.ScriptModule, UnsignedScaleStat):
@@ -274,17 +271,13 @@ class AbsMinMax(jit.ScriptModule, UnsignedScaleStat):
         super().__init__()
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
-        self.keepdim = _checked_bool(owner, "keepdim", keepdim)
+        self.keepdim = checked_bool(owner, "keepdim", keepdim)
         self.zero = _zero(dtype, device)
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        if self.stats_reduce_dim is None:
-            max_val = torch.max(x)
-            min_val = torch.min(x)
-        else:
-            max_val = torch.max(x, dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
-            min_val = torch.min(x, dim=self.stats_reduce_dim, keepdim=self.keepdim)[0]
+        max_val = _max(x, self.stats_reduce_dim, self.keepdim)
+        min_val = _min(x, self.stats_reduce_dim, self.keepdim)
         min_val = torch.clamp(min_val, max=self.zero())
         return torch.abs(max_val - min_val)
 

@@ -2,14 +2,14 @@
 concatenation of tracked parameters (_ParameterListStats), or as a running average over
 training batches that is frozen in eval mode (_RuntimeStats)."""
 
-import math
-import numbers
 from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from brevitas_cpp import config, jit
+from brevitas_cpp import jit
+from brevitas_cpp.core._checks import checked_module, checked_momentum
+from brevitas_cpp.core._state_dict import KeyPolicy
 from brevitas_cpp.core.utils import inplace_momentum_update, inplace_tensor_mul
 
 from .view_wrapper import _ViewCatParameterWrapper, _ViewParameter, _ViewParameterWrapper
@@ -31,12 +31,6 @@ def _checked_shape(owner: str, shape) -> Tuple[int, ...]:
         f"{owner}: stats_output_shape must be a tuple of ints (() for a scalar), got {shape!r}")
 
 
-def _checked_module(owner: str, arg: str, impl) -> nn.Module:
-    if not isinstance(impl, nn.Module):
-        raise TypeError(f"{owner}: {arg} must be a torch.nn.Module, got {impl!r}")
-    return impl
-
-
 class _Stats(jit.ScriptModule):
     """stats_impl(x) reshaped to stats_output_shape."""
 
@@ -45,7 +39,7 @@ class _Stats(jit.ScriptModule):
     def __init__(self, stats_impl: nn.Module, stats_output_shape: Tuple[int, ...]) -> None:
         super().__init__()
         self.stats_output_shape = _checked_shape(type(self).__name__, stats_output_shape)
-        self.stats_impl = _checked_module(type(self).__name__, "stats_impl", stats_impl)
+        self.stats_impl = checked_module(type(self).__name__, "stats_impl", stats_impl)
 
     @jit.script_method
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002  (Brevitas's argument name)
@@ -53,13 +47,16 @@ class _Stats(jit.ScriptModule):
         return stats.view(self.stats_output_shape)
 
 
-class _RuntimeStats(jit.ScriptModule):
+class _RuntimeStats(KeyPolicy, jit.ScriptModule):
     """Statistics of the inputs seen in training, accumulated into the running_stats buffer:
     the first batch sets it, later ones update it as an exponential moving average with
     stats_buffer_momentum (or a cumulative average when the momentum is None). In training the
     current batch's statistics are returned, in eval the buffer."""
 
     __constants__ = ["momentum"]
+    # A scripted module lists its training flag among the expected keys; it is never saved.
+    NEVER_SAVED_KEYS = ("training",)
+    INIT_KEPT_KEYS = ("running_stats",)
 
     def __init__(
             self,
@@ -72,17 +69,10 @@ class _RuntimeStats(jit.ScriptModule):
         super().__init__()
         owner = type(self).__name__
         stats_output_shape = _checked_shape(owner, stats_output_shape)
-        if stats_buffer_momentum is not None:
-            if (isinstance(stats_buffer_momentum, bool)
-                    or not isinstance(stats_buffer_momentum, numbers.Real)
-                    or not 0.0 <= float(stats_buffer_momentum) <= 1.0
-                    or math.isnan(float(stats_buffer_momentum))):
-                raise ValueError(
-                    f"{owner}: stats_buffer_momentum must be None (cumulative average) or a "
-                    f"number in [0, 1], got {stats_buffer_momentum!r}")
-            stats_buffer_momentum = float(stats_buffer_momentum)
+        stats_buffer_momentum = checked_momentum(
+            owner, "stats_buffer_momentum", stats_buffer_momentum)
         self.counter = jit.Attribute(0, int)
-        self.stats_input_view_shape_impl = _checked_module(
+        self.stats_input_view_shape_impl = checked_module(
             owner, "stats_input_view_shape_impl", stats_input_view_shape_impl)
         self.stats = _Stats(stats_impl, stats_output_shape)
         self.momentum = stats_buffer_momentum
@@ -105,19 +95,6 @@ class _RuntimeStats(jit.ScriptModule):
         else:
             stats = self.running_stats
         return stats
-
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        running_stats_key = prefix + "running_stats"
-        if config.IGNORE_MISSING_KEYS and running_stats_key in missing_keys:
-            missing_keys.remove(running_stats_key)
-        # A scripted module lists its training flag among the expected keys; it is never saved.
-        training_key = prefix + "training"
-        if training_key in missing_keys:
-            missing_keys.remove(training_key)
 
 
 class _ParameterListStats(jit.ScriptModule):

@@ -10,6 +10,8 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 
 from brevitas_cpp import config, jit
+from brevitas_cpp.core._checks import checked_module
+from brevitas_cpp.core._state_dict import KeyPolicy
 # Re-exported here, as Brevitas does, for code that imports it from this module.
 from brevitas_cpp.core.function_wrapper import StatsInputViewShapeImpl  # noqa: F401
 
@@ -23,29 +25,15 @@ def _checked_parameter(owner: str, parameter) -> Parameter:
     return parameter
 
 
-def _checked_view(owner: str, view_shape_impl) -> Module:
-    if not isinstance(view_shape_impl, Module):
-        raise TypeError(
-            f"{owner}: view_shape_impl must be a torch.nn.Module, got {view_shape_impl!r}")
-    return view_shape_impl
-
-
-class _TrackedParameterStateMixin:
+class _TrackedParameterStateMixin(KeyPolicy):
     """state_dict handling shared by the wrappers that register a borrowed parameter."""
+
+    NEVER_SAVED_KEYS = (_PARAMETER_NAME,)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         if not config._FULL_STATE_DICT:
             destination.pop(prefix + _PARAMETER_NAME, None)
-
-    def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        parameter_key = prefix + _PARAMETER_NAME
-        if parameter_key in missing_keys:
-            missing_keys.remove(parameter_key)
 
 
 class _ViewParameterWrapper(_TrackedParameterStateMixin, jit.ScriptModule):
@@ -54,7 +42,8 @@ class _ViewParameterWrapper(_TrackedParameterStateMixin, jit.ScriptModule):
     def __init__(self, parameter: Parameter, view_shape_impl: Module) -> None:
         super().__init__()
         self.parameter = _checked_parameter(type(self).__name__, parameter)
-        self.view_shape_impl = _checked_view(type(self).__name__, view_shape_impl)
+        self.view_shape_impl = checked_module(
+            type(self).__name__, "view_shape_impl", view_shape_impl)
 
     @jit.script_method
     def forward(self, x: Optional[Tensor]) -> Tensor:
@@ -70,7 +59,8 @@ class _ViewParameter(jit.ScriptModule):
 
     def __init__(self, view_shape_impl: Module) -> None:
         super().__init__()
-        self.view_shape_impl = _checked_view(type(self).__name__, view_shape_impl)
+        self.view_shape_impl = checked_module(
+            type(self).__name__, "view_shape_impl", view_shape_impl)
 
     @jit.script_method
     def forward(self, x: Optional[Tensor]) -> Tensor:
@@ -88,7 +78,8 @@ class _ViewCatParameterWrapper(_TrackedParameterStateMixin, jit.ScriptModule):
     def __init__(self, parameter: Parameter, view_shape_impl: Module, cat_dim: int) -> None:
         super().__init__()
         self.parameter = _checked_parameter(type(self).__name__, parameter)
-        self.view_shape_impl = _checked_view(type(self).__name__, view_shape_impl)
+        self.view_shape_impl = checked_module(
+            type(self).__name__, "view_shape_impl", view_shape_impl)
         if isinstance(cat_dim, bool) or not isinstance(cat_dim, int):
             raise TypeError(f"{type(self).__name__}: cat_dim must be an int, got {cat_dim!r}")
         self.cat_dim = cat_dim

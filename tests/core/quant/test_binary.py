@@ -3,6 +3,7 @@ values bit for bit, gradients, fused against unfused, delay, state and argument 
 
 import pytest
 import torch
+from core_refs import LearnedScale, UserTensorClamp
 from helpers import (
     SCALE_SHAPES,
     assert_bitwise,
@@ -17,25 +18,6 @@ from torch import Tensor
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import TensorClamp, TensorClampSte
 from brevitas_cpp.core.quant import BinaryQuant, ClampedBinaryQuant
-from brevitas_cpp.function import tensor_clamp
-
-
-class LearnedScale(torch.nn.Module):
-    """scale = |value|, ignoring x: a learned, per tensor or per channel scale."""
-
-    def __init__(self, init: Tensor) -> None:
-        super().__init__()
-        self.value = torch.nn.Parameter(init.clone())
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.value.abs()
-
-
-class UserTensorClamp(torch.nn.Module):
-    """TensorClamp's arithmetic under a type ClampedBinaryQuant does not recognise."""
-
-    def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
-        return tensor_clamp(x, min_val, max_val)
 
 
 def ref_binary(x: Tensor, scale: Tensor) -> Tensor:

@@ -4,6 +4,7 @@ delay, state and argument errors."""
 
 import pytest
 import torch
+from core_refs import UserTensorClamp
 from helpers import (
     MODES,
     SCALE_SHAPES,
@@ -30,7 +31,7 @@ from brevitas_cpp.core.function_wrapper import (
     TensorClampSte,
 )
 from brevitas_cpp.core.quant import IntQuant
-from brevitas_cpp.function import round_ste, tensor_clamp, tensor_clamp_ste
+from brevitas_cpp.function import round_ste, tensor_clamp_ste
 
 ROUNDING_BLOCKS = {
     "round": RoundSte,
@@ -64,13 +65,6 @@ class UserRoundSte(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return round_ste(x)
-
-
-class UserTensorClamp(torch.nn.Module):
-    """A clamp block IntQuant does not recognise, with TensorClamp's arithmetic."""
-
-    def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
-        return tensor_clamp(x, min_val, max_val)
 
 
 class UserTensorClampSte(torch.nn.Module):

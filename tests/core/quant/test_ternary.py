@@ -5,20 +5,12 @@ import math
 
 import pytest
 import torch
+from core_refs import LearnedScale
 from helpers import SCALE_SHAPES, assert_bitwise, rand, rand_pos, ref_sign_ste, ref_ternary_sign
 from torch import Tensor
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.quant import TernaryQuant
-
-
-class LearnedScale(torch.nn.Module):
-    def __init__(self, init: Tensor) -> None:
-        super().__init__()
-        self.value = torch.nn.Parameter(init.clone())
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.value.abs()
 
 
 def ref_ternary(x: Tensor, scale: Tensor, threshold: float) -> Tensor:

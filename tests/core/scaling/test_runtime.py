@@ -1,53 +1,31 @@
 """StatsFromParameterScaling, RuntimeStatsScaling, _StatsScaling and _AffineRescaling against
 Brevitas's formulas spelled out with plain torch ops."""
 
-from typing import Callable, Dict, Optional
+from typing import Optional
 
 import pytest
 import torch
+from core_refs import (
+    RESTRICT,
+    RESTRICTS,
+    TO_DOMAIN,
+    AbsMaxOverDim1,
+    AbsMaxOverTensor,
+    assert_grad_close,
+    assert_scripted,
+    backward_same,
+    ref_momentum_update,
+    signed_clamp_min,
+)
 from torch import Tensor
 
 from brevitas_cpp import config, jit
 from brevitas_cpp.core.function_wrapper import OverOutputChannelView, OverTensorView
-from brevitas_cpp.core.restrict_val import (
-    FloatRestrictValue,
-    IntRestrictValue,
-    LogFloatRestrictValue,
-    PowerOfTwoRestrictValue,
-)
+from brevitas_cpp.core.restrict_val import LogFloatRestrictValue
 from brevitas_cpp.core.scaling import RuntimeStatsScaling, StatsFromParameterScaling
 from brevitas_cpp.core.scaling.runtime import _AffineRescaling, _StatsScaling
 
 # ---- written-out references ---------------------------------------------------------------------
-
-
-def ste(value: Tensor, x: Tensor) -> Tensor:
-    return value.detach() + (x - x.detach())
-
-
-def signed_clamp_min(x: Tensor, min_val: float) -> Tensor:
-    sign = torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
-    return ste(sign * torch.clamp_min(torch.abs(x), min_val), x)
-
-
-RESTRICTS = {
-    "float": FloatRestrictValue,
-    "log": LogFloatRestrictValue,
-    "po2": PowerOfTwoRestrictValue,
-    "int": IntRestrictValue,
-}
-RESTRICT: Dict[str, Callable[[Tensor], Tensor]] = {
-    "float": lambda v: v,
-    "log": lambda v: 2.0 ** v,
-    "po2": lambda v: 2.0 ** ste(torch.round(v), v),
-    "int": lambda v: ste(torch.round(v), v),
-}
-TO_DOMAIN: Dict[str, Callable[[Tensor], Tensor]] = {
-    "float": lambda x: x,
-    "log": torch.log2,
-    "po2": torch.log2,
-    "int": lambda x: x,
-}
 
 
 def ref_stats_to_scale(stats: Tensor, threshold: Tensor, kind: str, min_val: Optional[float],
@@ -65,27 +43,6 @@ def ref_stats_to_scale(stats: Tensor, threshold: Tensor, kind: str, min_val: Opt
     s = torch.abs(s) if unsigned else s
     out = s / thr
     return torch.abs(out) if unsigned else out
-
-
-def assert_grad_close(actual: Tensor, expected: Tensor) -> None:
-    # TorchScript's autodiff may order a backward differently from eager autograd (a few ulps).
-    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-12)
-
-
-def assert_scripted(block: torch.nn.Module) -> None:
-    assert isinstance(block, torch.jit.ScriptModule) == config.JIT_ENABLED
-
-
-class AbsMaxOverTensor(jit.ScriptModule):
-    @jit.script_method
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.max(torch.abs(x))
-
-
-class AbsMaxOverDim1(jit.ScriptModule):
-    @jit.script_method
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.max(torch.abs(x), dim=1)[0]
 
 
 class MinOverTensor(jit.ScriptModule):
@@ -218,9 +175,7 @@ def test_stats_from_parameter_scaling(kind, min_val, per_channel):
     aw = torch.full(shape, 0.75, requires_grad=True)
     expected = ref_stats_to_scale(ref_abs_max(wr, per_channel), thr, kind, min_val, aw)
     assert torch.equal(out, expected) and out.shape == expected.shape
-    g = torch.randn(out.shape)
-    out.backward(g)
-    expected.backward(g)
+    backward_same(out, expected)
     # The scale follows the weight: gradients reach both the weight and the affine factor.
     assert_grad_close(wp.grad, wr.grad)
     assert_grad_close(block.stats_scaling_impl.affine_rescaling.affine_weight.grad, aw.grad)
@@ -294,12 +249,8 @@ def test_runtime_stats_scaling_train_and_eval(kind, momentum, per_channel):
         assert_grad_close(block.stats_scaling_impl.affine_rescaling.affine_weight.grad, aw.grad)
         block.stats_scaling_impl.affine_rescaling.affine_weight.grad = None
         s = stats.detach()
-        if running is None:
-            running = 1.0 * s
-        elif momentum is None:
-            running = running * (step / (step + 1)) + s / (step + 1)
-        else:
-            running = running * (1 - momentum) + momentum * s
+        # The first batch is multiplied into a buffer of ones.
+        running = 1.0 * s if running is None else ref_momentum_update(running, s, step, momentum)
     block.eval()
     out = block(torch.randn(5, 4, 3) * 100.0, thr)
     assert torch.equal(out, ref_stats_to_scale(running, thr, kind, 1e-2, aw.detach()))

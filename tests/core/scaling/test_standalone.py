@@ -2,20 +2,26 @@
 scales, against Brevitas's formulas spelled out with plain torch ops."""
 
 import math
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
 import pytest
 import torch
+from core_refs import (
+    RESTRICT,
+    RESTRICTS,
+    TO_DOMAIN,
+    AbsMaxOverDim1,
+    AbsMaxOverTensor,
+    assert_grad_close,
+    assert_scripted,
+    backward_same,
+    signed_clamp_min,
+)
 from torch import Tensor
 
-from brevitas_cpp import config, jit
+from brevitas_cpp import config
 from brevitas_cpp.core.function_wrapper import Identity, OverOutputChannelView, OverTensorView
-from brevitas_cpp.core.restrict_val import (
-    FloatRestrictValue,
-    IntRestrictValue,
-    LogFloatRestrictValue,
-    PowerOfTwoRestrictValue,
-)
+from brevitas_cpp.core.restrict_val import LogFloatRestrictValue, PowerOfTwoRestrictValue
 from brevitas_cpp.core.scaling import (
     ConstScaling,
     IntScaling,
@@ -27,39 +33,6 @@ from brevitas_cpp.core.scaling import (
 )
 
 # ---- written-out references ---------------------------------------------------------------------
-
-
-def ste(value: Tensor, x: Tensor) -> Tensor:
-    """value, with x's gradient passed straight through."""
-    return value.detach() + (x - x.detach())
-
-
-def signed_clamp_min(x: Tensor, min_val: float) -> Tensor:
-    """sign(x) * max(|x|, min_val) (sign(0) = +1), identity gradient."""
-    sign = torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
-    return ste(sign * torch.clamp_min(torch.abs(x), min_val), x)
-
-
-RESTRICTS = {
-    "float": FloatRestrictValue,
-    "log": LogFloatRestrictValue,
-    "po2": PowerOfTwoRestrictValue,
-    "int": IntRestrictValue,
-}
-# restrict domain -> scale
-RESTRICT: Dict[str, Callable[[Tensor], Tensor]] = {
-    "float": lambda v: v,
-    "log": lambda v: 2.0 ** v,
-    "po2": lambda v: 2.0 ** ste(torch.round(v), v),
-    "int": lambda v: ste(torch.round(v), v),
-}
-# scale -> restrict domain (initial values)
-TO_DOMAIN: Dict[str, Callable[[Tensor], Tensor]] = {
-    "float": lambda x: x,
-    "log": torch.log2,
-    "po2": torch.log2,
-    "int": lambda x: x,
-}
 
 
 def restrict_clamp(v: Tensor, kind: str, min_val: Optional[float], unsigned: bool = True) -> Tensor:
@@ -78,11 +51,6 @@ def ref_held_scale(value: Tensor, threshold: Tensor, kind: str, min_val: Optiona
     """ConstScaling / ParameterScaling: value is in the restrict domain."""
     out = restrict_clamp(value, kind, min_val, unsigned) / restricted_threshold(threshold, kind)
     return torch.abs(out) if unsigned else out
-
-
-def assert_grad_close(actual: Tensor, expected: Tensor) -> None:
-    # TorchScript's autodiff may order a backward differently from eager autograd (a few ulps).
-    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-12)
 
 
 def finite_difference_check(fn: Callable[[], Tensor], param: Tensor, eps: float = 1e-6) -> None:
@@ -104,26 +72,6 @@ def finite_difference_check(fn: Callable[[], Tensor], param: Tensor, eps: float 
             flat[i] = orig
         numeric.view(-1)[i] = (plus - minus) / (2 * eps)
     torch.testing.assert_close(analytic, numeric, rtol=1e-5, atol=1e-8)
-
-
-def assert_scripted(block: torch.nn.Module) -> None:
-    assert isinstance(block, torch.jit.ScriptModule) == config.JIT_ENABLED
-
-
-class AbsMaxOverTensor(jit.ScriptModule):
-    """Test-local statistic: max |x| over everything."""
-
-    @jit.script_method
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.max(torch.abs(x))
-
-
-class AbsMaxOverDim1(jit.ScriptModule):
-    """Test-local statistic: max |x| along dim 1 of a [channels, rest] view."""
-
-    @jit.script_method
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.max(torch.abs(x), dim=1)[0]
 
 
 THRESHOLDS = [None, torch.tensor(127.0), torch.tensor([[3.0], [2.0], [6.0], [100.0]])]
@@ -231,9 +179,7 @@ def test_parameter_scaling_numbers_and_gradient(kind, threshold, min_val, scalin
     expected = ref_held_scale(leaf, thr, kind, min_val)
     out = block(x) if threshold is None else block(x, threshold)
     assert torch.equal(out, expected.detach()) and out.shape == expected.shape
-    g = torch.randn(out.shape)
-    out.backward(g)
-    expected.backward(g)
+    backward_same(out, expected)
     assert_grad_close(block.value.grad, leaf.grad)
 
 
@@ -372,9 +318,7 @@ def test_parameter_from_stats_initialises_then_learns(kind, min_val, per_channel
     leaf = init.clone().requires_grad_()
     expected = torch.abs(restrict_clamp(leaf, kind, min_val) / restricted_threshold(thr, kind))
     assert torch.equal(out, expected.detach())
-    g = torch.randn(out.shape)
-    out.backward(g)
-    expected.backward(g)
+    backward_same(out, expected)
     assert_grad_close(block.value.grad, leaf.grad)
     # The scale is learned: the weight gets no gradient through it.
     assert wp.grad is None or torch.count_nonzero(wp.grad) == 0

@@ -111,19 +111,30 @@ def ref_min_int(signed: bool, narrow_range: bool, bit_width: Tensor) -> Tensor:
     return 0 * bit_width
 
 
+class _StraightThrough(torch.autograd.Function):
+    """y = f(u) forward, identity backward: the definition of an STE. (The detach trick
+    u + (f(u) - u).detach() gives NaN at u = +-inf, where inf - inf appears.)"""
+
+    @staticmethod
+    def forward(ctx, u: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        return fn(u)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad, None
+
+
 def ref_int_quant(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor, signed: bool,
                   narrow_range: bool, rounding_mode: str = "round", clamp_ste: bool = False) -> Tensor:
     """The unfused IntQuant composition: round(x / s + z) (STE), clamp to [min_int, max_int], (c - z) * s."""
     rnd = ROUND[rounding_mode.lower()]
     t = x / scale
     u = t + zero_point
-    # Round STE: u + (round(u) - u).detach(); without a graph the plain round (identical value).
-    r = u + (rnd(u) - u).detach() if u.requires_grad else rnd(u)
+    r = _StraightThrough.apply(u, rnd)
     hi = ref_max_int(signed, narrow_range, bit_width)
     lo = ref_min_int(signed, narrow_range, bit_width)
     if clamp_ste:
-        clamped = ref_tensor_clamp(r, lo, hi).detach()
-        c = r + (clamped - r).detach() if r.requires_grad else clamped
+        c = _StraightThrough.apply(r, lambda v: ref_tensor_clamp(v, lo.detach(), hi.detach()))
     else:
         c = ref_tensor_clamp(r, lo, hi)
     return (c - zero_point) * scale

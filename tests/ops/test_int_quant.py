@@ -175,6 +175,20 @@ def test_nan_propagates():
             assert_bitwise(y, ref_int_quant(x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode))
 
 
+@pytest.mark.parametrize("clamp_ste", [False, True])
+def test_infinities_saturate(clamp_ste):
+    """+-inf (e.g. float16 overflow upstream) clamps to the range ends; the clamp masks the
+    gradient unless clamp_ste, which passes it through."""
+    x = torch.tensor([-float("inf"), 1.3, float("inf")], requires_grad=True)
+    s, z = torch.tensor(0.5), torch.tensor(0.0)
+    y = int_quant(x, s, z, _bw(4), True, False, "round", clamp_ste)
+    assert torch.equal(y.detach(), torch.tensor([-8.0 * 0.5, 3.0 * 0.5, 7.0 * 0.5]))
+    g = torch.tensor([2.0, 3.0, 5.0])
+    y.backward(g)
+    inside = torch.tensor([0.0, 1.0, 0.0]) if not clamp_ste else torch.ones(3)
+    assert torch.equal(x.grad, (g * s) / s * inside)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_empty_input(dtype):
     for shape in [(0,), (3, 0, 2)]:

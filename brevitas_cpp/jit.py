@@ -20,10 +20,22 @@ def _plain_attribute(value: Any, type: Any) -> Any:  # noqa: A002  (torch.jit.At
 
 
 if JIT_ENABLED:
+
+    class ScriptModule(torch.jit.ScriptModule):
+        """torch.jit.ScriptModule, refusing copy.deepcopy: torch copies an old-style script
+        module into a bare RecursiveScriptModule whose parameters are non-leaf clones (they
+        would never learn) and which has lost its Python state_dict hooks."""
+
+        def __deepcopy__(self, memo):
+            raise TypeError(
+                f"copy.deepcopy of {type(self).__name__} is not supported with BREVITAS_JIT=1: "
+                "torch would return a TorchScript copy whose learned parameters no longer "
+                "receive gradients. Build a new model and load_state_dict() into it, or run "
+                "with BREVITAS_JIT=0.")
+
     script_method = torch.jit.script_method
     script = torch.jit.script
     ignore = torch.jit.ignore
-    ScriptModule = torch.jit.ScriptModule
     Attribute = torch.jit.Attribute
 else:
     script_method = _passthrough

@@ -36,6 +36,7 @@ from brevitas_cpp.core.function_wrapper import Identity
 from brevitas_cpp.core.scaling.runtime import _AffineRescaling
 from brevitas_cpp.core.stats import DEFAULT_MOMENTUM
 from brevitas_cpp.core.utils import StatelessBuffer, inplace_momentum_update, inplace_tensor_add
+from brevitas_cpp.distributed import all_reduce_stats
 from brevitas_cpp.function import abs_binary_sign_grad
 
 __all__ = [
@@ -230,6 +231,9 @@ class ParameterFromRuntimeZeroPoint(WarmupValueStateDict, jit.ScriptModule):
             stats = stats.view(self.zero_point_shape)
             if self.local_loss_mode:
                 return stats
+            # Averaged over data-parallel ranks (a no-op in one process), so that every replica
+            # initialises the same value.
+            stats = all_reduce_stats(stats)
             new_counter = self.counter + 1
             if self.counter == 0:
                 inplace_tensor_add(self.buffer, stats.detach())

@@ -46,6 +46,7 @@ from brevitas_cpp.core.restrict_val import (
 from brevitas_cpp.core.scaling.runtime import _StatsScaling
 from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, SCALAR_SHAPE, _Stats
 from brevitas_cpp.core.utils import StatelessBuffer, inplace_momentum_update, inplace_tensor_mul
+from brevitas_cpp.distributed import all_reduce_stats
 
 __all__ = [
     "ConstScaling",
@@ -300,6 +301,10 @@ class ParameterFromRuntimeStatsScaling(WarmupValueStateDict, jit.ScriptModule):
     def training_forward(self, stats_input: Tensor, threshold: Tensor) -> Tensor:
         if self.counter < self.collect_stats_steps:
             stats = self.stats(self.stats_input_view_shape_impl(stats_input))
+            if not self.local_loss_mode:
+                # Averaged over data-parallel ranks (a no-op in one process), so that every
+                # replica initialises the same value; local-loss calibration stays per rank.
+                stats = all_reduce_stats(stats)
             # value is not used during the warm-up: link it so DDP sees it used.
             stats = zero_grad_link(stats, self.value)
             clamped_stats = self.clamp_scaling(stats)

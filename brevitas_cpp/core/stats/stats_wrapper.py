@@ -11,6 +11,7 @@ from brevitas_cpp import jit
 from brevitas_cpp.core._checks import checked_module, checked_momentum
 from brevitas_cpp.core._state_dict import KeyPolicy
 from brevitas_cpp.core.utils import inplace_momentum_update, inplace_tensor_mul
+from brevitas_cpp.distributed import all_reduce_stats
 
 from .view_wrapper import _ViewCatParameterWrapper, _ViewParameter, _ViewParameterWrapper
 
@@ -51,7 +52,8 @@ class _RuntimeStats(KeyPolicy, jit.ScriptModule):
     """Statistics of the inputs seen in training, accumulated into the running_stats buffer:
     the first batch sets it, later ones update it as an exponential moving average with
     stats_buffer_momentum (or a cumulative average when the momentum is None). In training the
-    current batch's statistics are returned, in eval the buffer."""
+    current batch's statistics are returned (averaged over the ranks under torch.distributed,
+    see brevitas_cpp.distributed), in eval the buffer."""
 
     __constants__ = ["momentum"]
     # A scripted module lists its training flag among the expected keys; it is never saved.
@@ -84,7 +86,9 @@ class _RuntimeStats(KeyPolicy, jit.ScriptModule):
     def forward(self, stats_input: Tensor) -> Tensor:
         if self.training:
             stats_input = self.stats_input_view_shape_impl(stats_input)
-            stats = self.stats(stats_input)
+            # Averaged over data-parallel ranks (a no-op in one process), so that every
+            # replica keeps the same running statistic.
+            stats = all_reduce_stats(self.stats(stats_input))
             new_counter = self.counter + 1
             if self.counter == 0:
                 inplace_tensor_mul(self.running_stats, stats.detach())

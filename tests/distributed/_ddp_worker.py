@@ -1,0 +1,199 @@
+"""Child-process side of test_ddp.py: each function runs on one rank of a 2-process gloo group.
+
+Nothing from brevitas_cpp is imported at module level: BREVITAS_JIT is read once, at import,
+so each child sets it (and the rendezvous variables) before the first import. Results go to
+``out_dir`` as ``<name>_rank<r>.pt`` files; a failure leaves its traceback in
+``error_rank<r>.txt`` for the parent's message.
+
+The model, the data and the training loop are also used by the parent for the single-process
+reference, so they take no distributed arguments."""
+
+import datetime
+import os
+import traceback
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+WORLD_SIZE = 2
+LOCAL_BATCH = 8
+COLLECT_STATS_STEPS = 3
+TOTAL_STEPS = 8
+# After the statistics warm-up (steps 0-2) and the initialisation (step 3): a checkpoint taken
+# during the warm-up would end the collection when loaded, as in Brevitas.
+CHECKPOINT_STEP = 5
+LR = 0.05
+SEED = 0
+
+
+# ---- model, data, training (shared with the single-process reference) -------------------------
+
+
+def build_model() -> nn.Module:
+    """A small quantized CNN whose activation quantizers learn their scales after
+    COLLECT_STATS_STEPS batches of StatsOp.AVE statistics: the mean of |x| averages exactly
+    over equal shards, so DDP on 2 x LOCAL_BATCH equals one process on the whole batch."""
+    from brevitas_cpp.inject.enum import StatsOp
+    from brevitas_cpp.nn import QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
+    from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
+
+    signed_act = Int8ActPerTensorFloat.let(
+        collect_stats_steps=COLLECT_STATS_STEPS, scaling_stats_op=StatsOp.AVE)
+    torch.manual_seed(SEED)
+    return nn.Sequential(
+        QuantIdentity(act_quant=signed_act),
+        QuantConv2d(1, 4, 3),
+        # The layer keyword form of the same setting.
+        QuantReLU(collect_stats_steps=COLLECT_STATS_STEPS, scaling_stats_op=StatsOp.AVE),
+        nn.Flatten(),
+        QuantLinear(4 * 6 * 6, 3, bias=True),
+    )
+
+
+def global_batch(step: int) -> Tuple[Tensor, Tensor]:
+    """The batch of every rank for ``step``, rank r's shard being rows r*LOCAL_BATCH.."""
+    gen = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(WORLD_SIZE * LOCAL_BATCH, 1, 8, 8, generator=gen)
+    # Shards with different statistics, so that unsynchronised ranks would diverge.
+    x[LOCAL_BATCH:] *= 3.0
+    y = torch.randint(0, 3, (WORLD_SIZE * LOCAL_BATCH,), generator=gen)
+    return x, y
+
+
+def make_optimizer(params) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=LR, momentum=0.9)
+
+
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range,
+                batch: Callable[[int], Tuple[Tensor, Tensor]]) -> None:
+    model.train()
+    for step in steps:
+        x, y = batch(step)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def plain_state(module: nn.Module) -> Dict[str, Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+# ---- child processes --------------------------------------------------------------------------
+
+
+def _start(rank: int, port: int, jit: str) -> None:
+    os.environ["BREVITAS_JIT"] = jit
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    # Two ranks share the machine's cores.
+    torch.set_num_threads(1)
+    import brevitas_cpp  # noqa: F401  (after BREVITAS_JIT is set)
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=60))
+
+
+def run(rank: int, port: int, jit: str, out_dir: str, scenarios: Tuple[str, ...]) -> None:
+    """Entry point of a child: the scenarios in turn (one process start for several), with any
+    traceback written for the parent."""
+    try:
+        _start(rank, port, jit)
+        for scenario in scenarios:
+            {"stats": _stats_scenario, "train": _train_scenario,
+             "resume": _resume_scenario}[scenario](rank, Path(out_dir))
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        Path(out_dir, f"error_rank{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def _stats_quantizers() -> List[Tuple[str, nn.Module]]:
+    """One layer per statistics-collecting block, each warming up for COLLECT_STATS_STEPS."""
+    from brevitas_cpp.inject.enum import ScalingImplType
+    from brevitas_cpp.nn import QuantIdentity, QuantReLU
+    from brevitas_cpp.quant import (
+        Int8ActPerTensorFloat,
+        ShiftedUint8ActPerTensorFloat,
+        Uint8ActPerTensorFloat,
+    )
+
+    steps = COLLECT_STATS_STEPS
+    return [
+        # ParameterFromRuntimeStatsScaling, percentile statistics (the default quantizer).
+        ("percentile_param_scale", QuantReLU(act_quant=Uint8ActPerTensorFloat.let(
+            collect_stats_steps=steps))),
+        # ParameterFromRuntimeStatsScaling and ParameterFromRuntimeZeroPoint.
+        ("shifted_param_zero_point", QuantIdentity(
+            act_quant=ShiftedUint8ActPerTensorFloat.let(collect_stats_steps=steps))),
+        # RuntimeStatsScaling (_RuntimeStats' running statistics).
+        ("runtime_stats_scale", QuantIdentity(act_quant=Int8ActPerTensorFloat.let(
+            scaling_impl_type=ScalingImplType.STATS))),
+    ]
+
+
+def _stats_run() -> Dict[str, Dict[str, Tensor]]:
+    """Each quantizer trained one step past its warm-up on this rank's own data."""
+    rank = dist.get_rank()
+    states = {}
+    for name, layer in _stats_quantizers():
+        layer.train()
+        gen = torch.Generator().manual_seed(100 + rank)
+        for _ in range(COLLECT_STATS_STEPS + 1):
+            # Rank-dependent spread and offset: every statistic differs between the ranks.
+            layer(torch.randn(16, 32, generator=gen) * (1 + rank) + rank)
+        states[name] = plain_state(layer)
+    return states
+
+
+def _stats_scenario(rank: int, out_dir: Path) -> None:
+    from brevitas_cpp.distributed import stats_sync
+
+    synced = _stats_run()
+    with stats_sync(False):
+        local = _stats_run()
+    gathered: List = [None] * WORLD_SIZE
+    dist.all_gather_object(gathered, {"synced": synced, "local": local})
+    torch.save(gathered, out_dir / f"stats_rank{rank}.pt")
+
+
+def _local_batch(rank: int) -> Callable[[int], Tuple[Tensor, Tensor]]:
+    def batch(step: int) -> Tuple[Tensor, Tensor]:
+        x, y = global_batch(step)
+        rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+        return x[rows], y[rows]
+    return batch
+
+
+def _ddp(model: nn.Module) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    # find_unused_parameters stays False: parameters waiting for their initialisation are
+    # linked to the graph with a zero gradient.
+    return DistributedDataParallel(model)
+
+
+def _train_scenario(rank: int, out_dir: Path) -> None:
+    ddp = _ddp(build_model())
+    optimizer = make_optimizer(ddp.parameters())
+    train_steps(ddp, optimizer, range(CHECKPOINT_STEP), _local_batch(rank))
+    if rank == 0:
+        torch.save({"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()},
+                   out_dir / "checkpoint.pt")
+    train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank))
+    torch.save(plain_state(ddp.module), out_dir / f"train_rank{rank}.pt")
+
+
+def _resume_scenario(rank: int, out_dir: Path) -> None:
+    # A fresh model loaded from the checkpoint (deepcopy is refused under BREVITAS_JIT=1).
+    checkpoint = torch.load(out_dir / "checkpoint.pt", weights_only=True)
+    model = build_model()
+    model.load_state_dict(checkpoint["model"])
+    ddp = _ddp(model)
+    optimizer = make_optimizer(ddp.parameters())
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank))
+    torch.save(plain_state(ddp.module), out_dir / f"resume_rank{rank}.pt")

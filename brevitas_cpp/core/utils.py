@@ -12,19 +12,16 @@ from brevitas_cpp.core._state_dict import KeyPolicy
 VALUE_ATTR_NAME = "value"
 
 
-@torch.jit.ignore
 def inplace_tensor_add(tensor: Tensor, value: Tensor) -> Tensor:
     tensor.add_(value)
     return tensor
 
 
-@torch.jit.ignore
 def inplace_tensor_mul(tensor: Tensor, value: Tensor) -> Tensor:
     tensor.mul_(value)
     return tensor
 
 
-@torch.jit.ignore
 def inplace_momentum_update(
         tensor: Tensor, update: Tensor, momentum: Optional[float], counter: int,
         new_counter: int) -> Tensor:

@@ -1,6 +1,6 @@
 """TorchScript-compatible helpers with Brevitas's formulas (not straight-through)."""
 
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -12,14 +12,26 @@ def _as_bool_tensor(flag: Union[bool, Tensor], like: Tensor) -> Tensor:
     return torch.tensor(flag, device=like.device)
 
 
+def _python_flag(flag: Union[bool, Tensor]) -> Optional[bool]:
+    """flag when it is a Python bool, None for a tensor. Callers refine this Optional instead of
+    the Union itself: TorchScript's serialized code of a Union refined across an early return
+    does not compile back (torch.jit.load fails with "set to type bool in the true branch and
+    type Tensor in the false branch")."""
+    if isinstance(flag, bool):
+        return flag
+    return None
+
+
 def max_int(signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_width: Tensor) -> Tensor:
     """Largest integer of the range: 2^(b-1)-1 signed, 2^b-1 unsigned (2^b-2 narrow)."""
-    if isinstance(signed, bool) and isinstance(narrow_range, bool):
-        if not signed and not narrow_range:
-            return (2**bit_width) - 1
-        if not signed and narrow_range:
-            return (2**bit_width) - 2
-        return (2 ** (bit_width - 1)) - 1
+    s_flag, n_flag = _python_flag(signed), _python_flag(narrow_range)
+    if s_flag is not None:
+        if n_flag is not None:
+            if not s_flag and not n_flag:
+                return (2**bit_width) - 1
+            if not s_flag and n_flag:
+                return (2**bit_width) - 2
+            return (2 ** (bit_width - 1)) - 1
     # Tensor flags stay on their device (no .item() synchronisation).
     s = _as_bool_tensor(signed, bit_width)
     n = _as_bool_tensor(narrow_range, bit_width)
@@ -29,12 +41,14 @@ def max_int(signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_
 
 def min_int(signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_width: Tensor) -> Tensor:
     """Smallest integer of the range: -2^(b-1) signed (-2^(b-1)+1 narrow), 0 unsigned."""
-    if isinstance(signed, bool) and isinstance(narrow_range, bool):
-        if signed and narrow_range:
-            return -(2 ** (bit_width - 1)) + 1
-        if signed and not narrow_range:
-            return -(2 ** (bit_width - 1))
-        return 0 * bit_width
+    s_flag, n_flag = _python_flag(signed), _python_flag(narrow_range)
+    if s_flag is not None:
+        if n_flag is not None:
+            if s_flag and n_flag:
+                return -(2 ** (bit_width - 1)) + 1
+            if s_flag and not n_flag:
+                return -(2 ** (bit_width - 1))
+            return 0 * bit_width
     s = _as_bool_tensor(signed, bit_width)
     n = _as_bool_tensor(narrow_range, bit_width)
     signed_min = torch.where(n, -(2 ** (bit_width - 1)) + 1, -(2 ** (bit_width - 1)))

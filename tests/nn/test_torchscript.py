@@ -102,14 +102,14 @@ def _assert_same(expected, actual) -> None:
 
 
 # With BREVITAS_JIT=1 the core blocks are script modules, and torch.jit.save exports every
-# compiled method of them, including the statistics warm-up, which calls Python-only helpers
-# (brevitas_cpp.core.utils.inplace_tensor_mul / inplace_momentum_update and
-# brevitas_cpp.distributed.all_reduce_stats are @torch.jit.ignore): saving fails with "Could not
+# compiled method of them, including the statistics warm-up, which calls the cross-rank
+# statistics average (brevitas_cpp.distributed.all_reduce_stats, a @torch.jit.ignore Python
+# callback, since torch.distributed collectives do not script): saving fails with "Could not
 # export Python function call". Strict, so that it is noticed when the blocks become exportable.
 saving_needs_exportable_blocks = pytest.mark.xfail(
     config.JIT_ENABLED, raises=RuntimeError, strict=True,
-    reason="BREVITAS_JIT=1 core blocks call @torch.jit.ignore helpers, which torch.jit.save can "
-           "not export")
+    reason="BREVITAS_JIT=1 core blocks call the DDP statistics average "
+           "(distributed.all_reduce_stats, @torch.jit.ignore), which torch.jit.save can not export")
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])

@@ -93,9 +93,12 @@ def seeded_(module: torch.nn.Module, seed: int = 0, spread: float = 0.5) -> torc
 def assert_grads_close(actual: Optional[Tensor], expected: Optional[Tensor], rtol: float = 1e-5,
                        atol: float = 1e-6) -> None:
     """Gradients through the quantizers: the fused ops add up the scale's gradient in another
-    order than autograd of the written-out formula, so equality holds to rounding only."""
+    order than autograd of the written-out formula (whose own order depends on the thread
+    split), so equality holds to rounding only: elementwise rtol, and norm-wise rtol relative to
+    the largest gradient (the abs-max weight also receives the summed scale gradient)."""
     assert actual is not None and expected is not None
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+    scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol + rtol * scale)
 
 
 def grad_of(fn, leaves: Tuple[Tensor, ...], g: Tensor) -> Tuple[Tensor, ...]:

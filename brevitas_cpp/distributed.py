@@ -6,16 +6,24 @@ each rank. Left alone, every rank would initialise a different learned scale fro
 data, and the replicas of a DistributedDataParallel model would silently diverge (DDP only
 averages gradients). While collecting, those blocks therefore pass each batch statistic
 through :func:`all_reduce_stats`, which replaces it by its average over the ranks, as
-SyncBatchNorm does for batch-norm statistics:
+SyncBatchNorm does for batch-norm statistics.
 
-- a no-op (the very same tensor, so single-process numbers are unchanged) unless
-  torch.distributed is initialised with more than one rank in the statistics group;
+:func:`all_reduce_stats` is the C++ op ``torch.ops.brevitas_cpp.stats_all_reduce_mean``:
+
+- it returns a new contiguous tensor: the mean over the ranks of the statistics group, or an
+  exact copy of the statistic (same numbers, identity gradient) when syncing is off, when
+  torch.distributed is not initialised, or when the group has a single rank;
 - differentiable: the batch statistic is used in the forward during the warm-up, and its
-  gradient reaches every rank's input (the backward all-reduces the incoming gradient), so a
-  DDP run on R equal shards matches a single process on the whole batch for statistics that
-  average (e.g. StatsOp.AVE);
-- called from TorchScript blocks (BREVITAS_JIT=1) through ``torch.jit.ignore``: the collective
-  runs in Python, outside the compiled graph.
+  gradient reaches every rank's input (the backward averages the incoming gradient over the
+  ranks), so a DDP run on R equal shards matches a single process on the whole batch for
+  statistics that average (e.g. StatsOp.AVE);
+- an op, not a Python callback: TorchScript blocks (BREVITAS_JIT=1) compile the call in, so
+  their models can be saved with torch.jit.save and run by torch::jit::load in C++. The
+  collective goes through c10d's ProcessGroup, found by name in the registry that
+  torch.distributed fills (the default group is named "0").
+
+Which group, and whether to sync at all, is process-wide state held in C++ (the single source
+of truth, also settable from C++ through ``_set_stats_sync``); the functions below set it.
 
 Every rank must call the same quantizers in the same order, in training mode, as DDP already
 requires. Collections that should stay local (per-rank calibration, a model replicated on a
@@ -29,76 +37,54 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["all_reduce_stats", "set_stats_process_group", "stats_sync", "stats_sync_enabled"]
+import brevitas_cpp._load  # noqa: F401  (registers the ops used below)
 
-# Module state rather than block attributes: TorchScript cannot hold a ProcessGroup, and the
-# choice is per run, not per quantizer.
-_enabled: bool = True
-_group: Optional["dist.ProcessGroup"] = None  # None: the default (world) group
+__all__ = ["all_reduce_stats", "set_stats_process_group", "stats_sync", "stats_sync_enabled"]
 
 
 def set_stats_process_group(group: Optional["dist.ProcessGroup"]) -> None:
-    """Average statistics over ``group`` instead of every rank (None: the default group)."""
-    global _group
-    if group is not None and not (dist.is_available() and isinstance(group, dist.ProcessGroup)):
+    """Average statistics over ``group`` instead of every rank (None: the default group).
+    The group is remembered by name; it must stay alive (not destroyed) while it is used."""
+    if group is None:
+        name = None
+    elif dist.is_available() and isinstance(group, dist.ProcessGroup):
+        name = group.group_name
+    else:
         raise TypeError(
             f"set_stats_process_group: group must be a torch.distributed.ProcessGroup or None, "
             f"got {group!r}")
-    _group = group
+    enabled, _ = torch.ops.brevitas_cpp._get_stats_sync()
+    torch.ops.brevitas_cpp._set_stats_sync(enabled, name)
 
 
 def stats_sync_enabled() -> bool:
     """Whether statistics are averaged across ranks when torch.distributed is initialised."""
-    return _enabled
+    enabled, _ = torch.ops.brevitas_cpp._get_stats_sync()
+    return enabled
+
+
+def _set_enabled(enabled: bool) -> None:
+    # The group is read back so that a group set inside a stats_sync block is kept.
+    _, group_name = torch.ops.brevitas_cpp._get_stats_sync()
+    torch.ops.brevitas_cpp._set_stats_sync(enabled, group_name)
 
 
 @contextlib.contextmanager
 def stats_sync(enabled: bool) -> Iterator[None]:
     """Turn the averaging of runtime statistics on or off inside a ``with`` block (every rank
     must agree: a rank that skips the collective leaves the others waiting)."""
-    global _enabled
     if not isinstance(enabled, bool):
         raise TypeError(f"stats_sync: enabled must be a bool, got {enabled!r}")
-    previous = _enabled
-    _enabled = enabled
+    previous = stats_sync_enabled()
+    _set_enabled(enabled)
     try:
         yield
     finally:
-        _enabled = previous
+        _set_enabled(previous)
 
 
-def _active_group_size() -> int:
-    """Ranks to average over; 1 means nothing to do."""
-    if not (_enabled and dist.is_available() and dist.is_initialized()):
-        return 1
-    return dist.get_world_size(_group)
-
-
-class _AllReduceMean(torch.autograd.Function):
-    """mean over ranks of x; the gradient of every rank's copy of the mean flows back to each
-    rank's x (sum of the incoming gradients over ranks, divided by the rank count)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, group: Optional["dist.ProcessGroup"], world_size: int) -> Tensor:
-        # The group is kept: the backward must reduce over the ranks the forward did.
-        ctx.group = group
-        ctx.world_size = world_size
-        total = x.detach().clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
-        return total.div_(world_size)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        total = grad.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=ctx.group)
-        return total.div_(ctx.world_size), None, None
-
-
-@torch.jit.ignore
 def all_reduce_stats(stats: Tensor) -> Tensor:
-    """stats averaged over the ranks of the statistics group; stats itself when there is a
-    single rank, torch.distributed is not initialised, or syncing is turned off."""
-    world_size = _active_group_size()
-    if world_size == 1:
-        return stats
-    return _AllReduceMean.apply(stats, _group, world_size)
+    """stats averaged over the ranks of the statistics group, as a new tensor; an exact copy
+    when there is a single rank, torch.distributed is not initialised, or syncing is off.
+    Plain and scriptable: scripted blocks call the op directly."""
+    return torch.ops.brevitas_cpp.stats_all_reduce_mean(stats)

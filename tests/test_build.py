@@ -24,6 +24,10 @@ EXPECTED_OPS = {
     "binary_quant", "clamped_binary_quant", "_binary_quant_backward", "_clamped_binary_quant_backward",
     "ternary_quant", "_ternary_quant_backward",
 }
+# The statistics average over ranks: device-generic kernels (CompositeExplicitAutograd, on c10d
+# collectives) plus Meta and Autograd; and its process-wide switch (no tensor arguments).
+COMPOSITE_OPS = {"stats_all_reduce_mean", "_all_reduce_mean"}
+STATE_OPS = {"_set_stats_sync", "_get_stats_sync"}
 
 
 def test_build_info_reports_the_build():
@@ -38,9 +42,12 @@ def test_build_info_reports_the_build():
 
 def test_every_op_is_registered_with_all_kernels():
     registered = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("brevitas_cpp::")}
-    assert registered == EXPECTED_OPS
+    assert registered == EXPECTED_OPS | COMPOSITE_OPS | STATE_OPS
     for name in EXPECTED_OPS:
         for key in ("CPU", "Meta", "Autograd"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (name, key)
+    for name in COMPOSITE_OPS:
+        for key in ("CompositeExplicitAutograd", "Meta", "Autograd"):
             assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (name, key)
 
 

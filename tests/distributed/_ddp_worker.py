@@ -1,4 +1,5 @@
-"""Child-process side of test_ddp.py: each function runs on one rank of a 2-process gloo group.
+"""Child-process side of test_ddp.py and test_stats_all_reduce.py: each function runs on one
+rank of a 2-process gloo group.
 
 Nothing from brevitas_cpp is imported at module level: BREVITAS_JIT is read once, at import,
 so each child sets it (and the rendezvous variables) before the first import. Results go to
@@ -103,7 +104,7 @@ def run(rank: int, port: int, jit: str, out_dir: str, scenarios: Tuple[str, ...]
         _start(rank, port, jit)
         for scenario in scenarios:
             {"stats": _stats_scenario, "train": _train_scenario,
-             "resume": _resume_scenario}[scenario](rank, Path(out_dir))
+             "resume": _resume_scenario, "ops": _ops_scenario}[scenario](rank, Path(out_dir))
         dist.barrier()
         dist.destroy_process_group()
     except BaseException:
@@ -197,3 +198,87 @@ def _resume_scenario(rank: int, out_dir: Path) -> None:
     optimizer.load_state_dict(checkpoint["optimizer"])
     train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank))
     torch.save(plain_state(ddp.module), out_dir / f"resume_rank{rank}.pt")
+
+
+# ---- the statistics-average ops (test_stats_all_reduce.py) -------------------------------------
+
+
+def _contribution(rank: int, dtype: torch.dtype) -> Tensor:
+    """What rank ``rank`` averages: distinct on every rank, known to all of them."""
+    return ((torch.arange(12, dtype=torch.float64).reshape(3, 4) - 5) * (rank + 1)
+            + 0.25 * rank).to(dtype)
+
+
+def _weight(rank: int, dtype: torch.dtype) -> Tensor:
+    """Rank ``rank``'s loss is sum(weight * mean)."""
+    return (torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(3, 4) * (2 - rank)
+            + rank).to(dtype)
+
+
+def _check_forward_backward(rank: int, dtype: torch.dtype, transposed: bool) -> None:
+    """all_reduce_stats(x_r) is mean_r(x_r) on every rank, and the gradient of
+    sum(w_r * mean) reaching x_r is mean_r(w_r) (each rank's mean depends on every x_r / R)."""
+    from brevitas_cpp.distributed import all_reduce_stats
+
+    x = _contribution(rank, dtype)
+    if transposed:  # same values, non-contiguous
+        x = x.t().contiguous().t()
+        assert not x.is_contiguous()
+    x.requires_grad_()
+    y = all_reduce_stats(x)
+    # Two addends: the sum is exact whatever gloo's order, so the reference matches bit for bit.
+    mean = (_contribution(0, dtype) + _contribution(1, dtype)) / WORLD_SIZE
+    assert torch.equal(y, mean), (rank, dtype, y, mean)
+    (_weight(rank, dtype) * y).sum().backward()
+    expected_grad = (_weight(0, dtype) + _weight(1, dtype)) / WORLD_SIZE
+    assert torch.equal(x.grad, expected_grad), (rank, dtype, x.grad, expected_grad)
+
+
+def _ops_scenario(rank: int, out_dir: Path) -> None:
+    import io
+
+    from brevitas_cpp import distributed as bd
+
+    ops = torch.ops.brevitas_cpp
+    facts: Dict[str, object] = {"world_group_name": dist.group.WORLD.group_name}
+    for dtype in (torch.float64, torch.float32):
+        for transposed in (False, True):
+            _check_forward_backward(rank, dtype, transposed)
+
+    # Explicit groups: every rank creates every group (torch.distributed requires it).
+    both = dist.new_group([0, 1])
+    singles = [dist.new_group([r]) for r in range(WORLD_SIZE)]
+    own = singles[rank]
+    facts["explicit_group_names"] = [both.group_name, own.group_name]
+    bd.set_stats_process_group(both)
+    assert ops._get_stats_sync() == (True, both.group_name)
+    _check_forward_backward(rank, torch.float64, transposed=False)
+    # This rank alone: a copy, not the average over the world.
+    bd.set_stats_process_group(own)
+    x = _contribution(rank, torch.float64)
+    assert torch.equal(bd.all_reduce_stats(x), x)
+    # The collective itself over a one-rank group: the sum of one tensor, divided by 1.
+    assert torch.equal(ops._all_reduce_mean(x, own.group_name), x)
+    bd.set_stats_process_group(None)
+
+    # stats_sync(False) issues no collective: only rank 0 calls, and the next average still
+    # pairs up (had rank 0 entered an all-reduce, it would take rank 1's next one: wrong values
+    # or a hang).
+    if rank == 0:
+        with bd.stats_sync(False):
+            for _ in range(3):
+                assert torch.equal(bd.all_reduce_stats(x), x)
+    _check_forward_backward(rank, torch.float64, transposed=False)
+
+    # A module scripted, saved and loaded runs the collective from the loaded code.
+    class Average(torch.nn.Module):
+        def forward(self, t: Tensor) -> Tensor:
+            return bd.all_reduce_stats(t) * 2.0
+
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(Average()), buffer)
+    buffer.seek(0)
+    loaded = torch.jit.load(buffer)
+    mean = (_contribution(0, torch.float64) + _contribution(1, torch.float64)) / WORLD_SIZE
+    assert torch.equal(loaded(_contribution(rank, torch.float64)), mean * 2.0)
+    torch.save(facts, out_dir / f"ops_rank{rank}.pt")

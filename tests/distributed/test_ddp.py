@@ -1,5 +1,5 @@
 """Runtime statistics under torch.distributed: two gloo ranks on CPU, spawned with
-BREVITAS_JIT=1 (the collective is called from TorchScript blocks through torch.jit.ignore).
+BREVITAS_JIT=1 (TorchScript blocks call the collective op brevitas_cpp::stats_all_reduce_mean).
 
 (a) quantizers fed different data on each rank end their warm-up with identical state, equal
 to the average of what each rank would have collected alone; (b) a quantized CNN in
@@ -7,63 +7,33 @@ DistributedDataParallel (find_unused_parameters=False) trains through the warm-u
 parameters of one process on the whole batch; (c) a checkpoint taken by rank 0 and resumed in
 fresh processes continues to the parameters of the uninterrupted run."""
 
-import socket
 import sys
-import time
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 # The children import the worker by module name; spawn passes them this sys.path.
 sys.path.insert(0, str(Path(__file__).parent))
 import _ddp_worker as worker  # noqa: E402
+from _launch import spawn  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(),
     reason="torch.distributed with the gloo backend is not available in this torch build")
 
+# The blocks are TorchScript modules in the children: the collective runs from compiled code.
 CHILD_JIT = "1"
-JOIN_TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _spawn(out_dir: Path, scenarios: Tuple[str, ...]) -> None:
-    """Run the scenarios on worker.WORLD_SIZE fresh processes; fail with a child's traceback."""
-    ctx = mp.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=worker.run, args=(rank, port, CHILD_JIT, str(out_dir), scenarios))
-             for rank in range(worker.WORLD_SIZE)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + JOIN_TIMEOUT_S
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    hung = [p for p in procs if p.is_alive()]
-    for p in hung:
-        p.kill()
-        p.join()
-    errors = "\n".join(f.read_text() for f in sorted(out_dir.glob("error_rank*.txt")))
-    assert not hung, (
-        f"ranks still running after {JOIN_TIMEOUT_S} s (a collective mismatch?)\n{errors}")
-    assert all(p.exitcode == 0 for p in procs), (
-        f"exit codes {[p.exitcode for p in procs]}\n{errors}")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     """One spawn for (a) and the uninterrupted training, one for the resumed training."""
     out_dir = tmp_path_factory.mktemp("ddp")
-    _spawn(out_dir, ("stats", "train"))
-    _spawn(out_dir, ("resume",))
+    spawn(out_dir, ("stats", "train"), CHILD_JIT)
+    spawn(out_dir, ("resume",), CHILD_JIT)
     return out_dir
 
 

@@ -1,7 +1,6 @@
 """TorchScript of models built from the quant layers: torch.jit.trace in train and eval mode,
 torch.jit.save/load round trips with identical outputs and gradients (w.r.t. the input and every
-parameter), in both BREVITAS_JIT modes (saving with BREVITAS_JIT=1 is an expected failure until
-the core blocks are exportable, see saving_needs_exportable_blocks). torch.jit.script of the
+parameter), in both BREVITAS_JIT modes. torch.jit.script of the
 layers is not supported yet (an expected failure too). A loaded model needs the ops registered:
 ``import brevitas_cpp`` in Python, libbrevitas_cpp_ops.so in C++.
 
@@ -101,17 +100,6 @@ def _assert_same(expected, actual) -> None:
         assert torch.equal(grads_t[name], grads[name]), name
 
 
-# With BREVITAS_JIT=1 the core blocks are script modules, and torch.jit.save exports every
-# compiled method of them, including the statistics warm-up, which calls the cross-rank
-# statistics average (brevitas_cpp.distributed.all_reduce_stats, a @torch.jit.ignore Python
-# callback, since torch.distributed collectives do not script): saving fails with "Could not
-# export Python function call". Strict, so that it is noticed when the blocks become exportable.
-saving_needs_exportable_blocks = pytest.mark.xfail(
-    config.JIT_ENABLED, raises=RuntimeError, strict=True,
-    reason="BREVITAS_JIT=1 core blocks call the DDP statistics average "
-           "(distributed.all_reduce_stats, @torch.jit.ignore), which torch.jit.save can not export")
-
-
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 def test_trace_keeps_outputs_and_gradients(training):
     model, x = _model(training)
@@ -127,7 +115,6 @@ def test_trace_keeps_outputs_and_gradients(training):
     _assert_same(_forward_backward(model, other), _forward_backward(traced, other))
 
 
-@saving_needs_exportable_blocks
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 def test_traced_model_save_load_keeps_outputs_and_gradients(training):
     model, x = _model(training)
@@ -137,7 +124,6 @@ def test_traced_model_save_load_keeps_outputs_and_gradients(training):
         _assert_same(_forward_backward(model, inp), _forward_backward(loaded, inp))
 
 
-@saving_needs_exportable_blocks
 def test_saved_traced_model_trains_like_the_eager_one():
     model, x = _model(training=True)
     loaded = _round_trip(_trace(model, x))
@@ -173,7 +159,6 @@ def _fixture_dir() -> Path:
     return REPO_ROOT / "build" / "skbuild" / "jit_fixture"
 
 
-@saving_needs_exportable_blocks
 def test_write_fixture_for_the_cpp_loader():
     """Saves what tests/cpp/jit/test_load_scripted_model.cpp checks: model.pt (the traced model,
     eval mode) and expected.pt (a scripted module whose attributes are the input, the expected

@@ -6,8 +6,8 @@
    W4A4, W2A8 by default), load the float state_dict into it (strict, no flags), calibrate the
    activation quantizers and fine-tune with QAT.
 3. Print a table: held-out accuracy, training-step time relative to float, model size in bits.
-4. Script each quantized model with torch.jit.script if the quant layers allow it, else trace
-   it in eval mode; save, reload and check that the reloaded model's outputs are equal.
+4. Script each quantized model with torch.jit.script (in eval mode); save, reload and check
+   that the reloaded model's outputs equal the original's.
 5. Plot test accuracy per QAT epoch for each bit width.
 
 Run after set-up:  python3 examples/qat_digits.py   (--help for the flags; --jit for
@@ -225,7 +225,11 @@ def quant_net(qnn, bits: BitConfig, collect_stats_steps: int) -> nn.Module:
             self.fc = qnn.QuantLinear(32 * 4 * 4, 10, bias=True, **weight)
 
         def forward(self, x: Tensor) -> Tensor:
-            return super().forward(self.inp(x))
+            # FloatNet's forward after the input quantizer, written out: TorchScript does not
+            # compile super().
+            x = self.relu1(self.conv1(self.inp(x)))
+            x = self.pool(self.relu2(self.conv2(x)))
+            return self.fc(torch.flatten(x, 1))
 
     return QuantNet()
 
@@ -304,74 +308,27 @@ def calibrate(model: nn.Module, data: Digits, steps: int, seed: int) -> None:
 # TorchScript export
 
 
-def _first_reason(error: Exception) -> str:
-    """The line of a TorchScript error that says what went wrong (its first lines are often a
-    bare signature)."""
-    # Drop the memory addresses torch puts in class names: they change every run.
-    text = re.sub(r" \(of Python compilation unit at: 0x[0-9a-f]+\)", "", str(error))
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith(("Expected", "Unknown", "Module", "Python")) or "not supported" in line:
-            return line
-    return lines[0] if lines else type(error).__name__
-
-
-def script_or_trace(
-        model: nn.Module, example: Tensor,
-        script_error: Optional[str]) -> Tuple[torch.jit.ScriptModule, str, Optional[str]]:
-    """(TorchScript module, how it was made, why scripting failed). torch.jit.script if the
-    quant layers support it, else torch.jit.trace in eval mode: their forward branches on Python
-    state such as QuantTensor types, which script may reject, while in eval mode the quantizers
-    are fixed functions of the input, so a trace records them exactly. A failed script is not
-    retried on the next model (torch keeps half-compiled classes, and the next attempt would
-    fail for that reason instead)."""
-    model.eval()
-    if script_error is None:
-        try:
-            return torch.jit.script(model), "torch.jit.script", None
-        except Exception as error:  # noqa: BLE001 (any scripting failure means: trace instead)
-            script_error = _first_reason(error)
-    with warnings.catch_warnings():
-        # The tracer warns about Python-side checks (shapes, devices, flags) that it records as
-        # constants; they hold for every input of this shape and dtype.
-        warnings.simplefilter("ignore")
-        traced = torch.jit.trace(model, example)
-    return traced, "torch.jit.trace", script_error
-
-
-def export_and_check(model: nn.Module, x_test: Tensor, path: Path,
-                     script_error: Optional[str]) -> Dict[str, object]:
-    """Script or trace the model, save it, load it back and compare outputs bit for bit."""
+def export_and_check(model: nn.Module, x_test: Tensor, path: Path) -> Dict[str, object]:
+    """Script the model (eval mode), save it, load it back and compare outputs bit for bit."""
     with warnings.catch_warnings():
         # torch 2.13 marks TorchScript deprecated in favour of torch.export; this step is
         # about TorchScript on purpose (C++ deployment with torch::jit::load).
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated",
                                 category=DeprecationWarning)
-        return _export_and_check(model, x_test, path, script_error)
+        return _export_and_check(model, x_test, path)
 
 
-def _export_and_check(model: nn.Module, x_test: Tensor, path: Path,
-                      script_error: Optional[str]) -> Dict[str, object]:
-    scripted, method, script_error = script_or_trace(model, x_test, script_error)
-    try:
-        torch.jit.save(scripted, str(path))
-    except RuntimeError as error:
-        if "Could not export Python function" not in str(error):
-            raise
-        # With BREVITAS_JIT=1 the quantizer blocks stay ScriptModules inside the trace, and
-        # their statistics warm-up calls Python helpers (torch.jit.ignore, as in Brevitas),
-        # which can not be saved. Freezing folds the eval-time state (the warm-up is over)
-        # into constants, so that branch, and the Python call in it, disappears.
-        scripted = torch.jit.freeze(scripted)
-        method += " + torch.jit.freeze"
-        torch.jit.save(scripted, str(path))
+def _export_and_check(model: nn.Module, x_test: Tensor, path: Path) -> Dict[str, object]:
+    model.eval()
+    # No fallback: the quant layers script (a failure here is a bug).
+    scripted = torch.jit.script(model)
+    torch.jit.save(scripted, str(path))
     reloaded = torch.jit.load(str(path))
     with torch.no_grad():
         equal = torch.equal(reloaded(x_test), model(x_test))
-        # Another batch size too: the trace must not have frozen the batch dimension.
+        # Another batch size too.
         equal_small = torch.equal(reloaded(x_test[:7]), model(x_test[:7]))
-    return {"method": method, "script_error": script_error, "path": str(path),
-            "reloaded_equal": bool(equal and equal_small)}
+    return {"method": "torch.jit.script", "path": str(path), "reloaded_equal": bool(equal and equal_small)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,16 +418,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         results.append(result)
         print(f"{bits.name}: test accuracy {ptq_acc:.2f}% after calibration, "
               f"{result.accuracy:.2f}% after {args.epochs} QAT epochs")
-        previous_error = next((e["script_error"] for e in exports.values()), None)
         exports[bits.name] = export_and_check(
-            model, data.x_test, args.out / f"qat_digits_{bits.name.lower()}.pt", previous_error)
+            model, data.x_test, args.out / f"qat_digits_{bits.name.lower()}.pt")
 
     report = table(results, float_result)
     print("\n" + report + "\n")
-    script_error = next((e["script_error"] for e in exports.values()), None)
-    if script_error is not None:
-        print(f"torch.jit.script rejects the quant layers ({script_error}); "
-              f"traced in eval mode instead")
     for name, export in exports.items():
         print(f"{name}: {export['method']} -> {export['path']}; reloaded outputs equal the "
               f"original's (torch.equal): {export['reloaded_equal']}")

@@ -12,17 +12,20 @@ grid."""
 
 from typing import Optional, Tuple, Union
 
+import torch
 from torch import Tensor
 from torch.nn import AdaptiveAvgPool2d
 from torch.nn import AvgPool2d
+from torch.nn import functional as F
 
 from brevitas_cpp.nn.mixin.acc import AccQuantType
 from brevitas_cpp.nn.mixin.acc import TruncMixin
 from brevitas_cpp.nn.mixin.base import QuantLayerMixin
+from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.proxy.utils import _CachedIO
 from brevitas_cpp.quant import RoundTo8bit
 from brevitas_cpp.quant_tensor import _unpack_quant_tensor
-from brevitas_cpp.quant_tensor import QuantTensor
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 from brevitas_cpp.quant_tensor.int_torch_handler import compute_adaptive_kernel_size_stride
 
 __all__ = ["TruncAvgPool2d", "TruncAdaptiveAvgPool2d"]
@@ -43,6 +46,19 @@ def _input_to_requantize(layer: TruncMixin,
     if layer.cache_class is not None:
         return layer.cache_class.quant_tensor.set(value=x)
     return None
+
+
+def _check_scriptable(layer: TruncMixin) -> None:
+    """Scripted, these layers are the float pooling: truncation needs an IntQuantTensor."""
+    if layer.is_trunc_quant_enabled:
+        raise script_error(
+            layer, "truncation (trunc_quant) requantizes an IntQuantTensor input", "Trace the "
+            "model instead, or build the layer with trunc_quant=None and "
+            "return_quant_tensor=False (plain float pooling).")
+    if layer.cache_class is not None:
+        raise script_error(
+            layer, "it cached a quantized input's metadata (cache_inference_quant_act) to read "
+            "plain tensors on that grid", "Trace the model instead.")
 
 
 class TruncAvgPool2d(TruncMixin, QuantLayerMixin, AvgPool2d):
@@ -73,7 +89,8 @@ class TruncAvgPool2d(TruncMixin, QuantLayerMixin, AvgPool2d):
         TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
         self.cache_inference_quant_act = False
         self.cache_quant_io_metadata_only = True
-        self.cache_class: Optional[_CachedIO] = None
+        # Optional[_CachedIO]; not annotated here: TorchScript warns about instance annotations.
+        self.cache_class = None
 
     @property
     def channelwise_separable(self) -> bool:
@@ -91,7 +108,16 @@ class TruncAvgPool2d(TruncMixin, QuantLayerMixin, AvgPool2d):
             return self.kernel_size[0] * self.kernel_size[1]
         return self.kernel_size * self.kernel_size
 
-    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "TruncAvgPool2d":
+        _check_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    def forward(self, input: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                                self.count_include_pad, self.divisor_override)
         x = self.unpack_input(input)
         qx = _input_to_requantize(self, x)
         if qx is not None:
@@ -118,7 +144,8 @@ class TruncAdaptiveAvgPool2d(TruncMixin, QuantLayerMixin, AdaptiveAvgPool2d):
         TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
         self.cache_inference_quant_act = False
         self.cache_quant_io_metadata_only = True
-        self.cache_class: Optional[_CachedIO] = None
+        # Optional[_CachedIO]; not annotated here: TorchScript warns about instance annotations.
+        self.cache_class = None
 
     @property
     def channelwise_separable(self) -> bool:
@@ -138,7 +165,15 @@ class TruncAdaptiveAvgPool2d(TruncMixin, QuantLayerMixin, AdaptiveAvgPool2d):
         input_shape to output_shape."""
         return compute_adaptive_kernel_size_stride(input_shape, output_shape)
 
-    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "TruncAdaptiveAvgPool2d":
+        _check_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    def forward(self, input: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            return F.adaptive_avg_pool2d(input, self.output_size)
         x = self.unpack_input(input)
         qx = _input_to_requantize(self, x)
         if qx is not None:

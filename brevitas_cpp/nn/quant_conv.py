@@ -15,7 +15,7 @@ from torch.nn import Conv1d, Conv2d, Conv3d
 from torch.nn import functional as F
 
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
-from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
 from .quant_layer import ActQuantType, BiasQuantType, act_quant_dtype_device
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
@@ -61,7 +61,44 @@ class _QuantConvNd(object):
             pads += [total // 2, total - total // 2]
         return pads
 
-    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "_QuantConvNd":
+        # Lists for the TorchScript path, which indexes them with a loop variable (a tuple
+        # constant can only be indexed with a constant).
+        self._script_stride = list(self.stride)
+        self._script_dilation = list(self.dilation)
+        return super().__prepare_scriptable__()
+
+    def _script_same_zeros_pad(self, x: Tensor, weight: Tensor) -> List[int]:
+        """_same_zeros_pad on Tensors, in TorchScript."""
+        n = len(self._script_stride)
+        pads: List[int] = []
+        for j in range(n):
+            i = n - 1 - j
+            size = x.size(x.dim() - n + i)
+            kernel = weight.size(weight.dim() - n + i)
+            stride = self._script_stride[i]
+            out = (size + stride - 1) // stride  # ceil(size / stride)
+            total = max((out - 1) * stride + (kernel - 1) * self._script_dilation[i] + 1 - size,
+                        0)
+            pads += [total // 2, total - total // 2]
+        return pads
+
+    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
+                                   quant_bias: Optional[Tensor],
+                                   output_size: Optional[List[int]]) -> Tensor:
+        if self.is_same_padded_strided:
+            pads = self._script_same_zeros_pad(x, quant_weight)
+            if any([p > 0 for p in pads]):
+                x = F.pad(x, pads)
+        # A strided 'same' conv is built with padding 0: _conv_forward then convolves the
+        # padded input exactly as inner_forward_impl does.
+        return self._conv_forward(x, quant_weight, quant_bias)
+
+    def forward(self, input: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            return self._script_forward_impl(input)
         return self.forward_impl(input)
 
     def inner_forward_impl(self, x: Union[Tensor, QuantTensor],

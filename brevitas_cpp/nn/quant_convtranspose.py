@@ -10,7 +10,7 @@ from torch.nn import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from torch.nn import functional as F
 
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
-from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
 from .quant_layer import ActQuantType, BiasQuantType, act_quant_dtype_device
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
@@ -38,14 +38,50 @@ class _QuantConvTransposeNd(object):
     def channelwise_separable(self) -> bool:
         return self.groups == self.out_channels
 
-    def forward(self, input: Union[Tensor, QuantTensor],
-                output_size: Optional[List[int]] = None) -> Union[Tensor, QuantTensor]:
+    def forward(self, input: Union[Tensor, IntQuantTensor],
+                output_size: Optional[List[int]] = None):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            return self._script_forward_impl(input, output_size)
+        return self._eager_forward(input, output_size)
+
+    def _eager_forward(self, input: Union[Tensor, QuantTensor],
+                       output_size: Optional[List[int]]) -> Union[Tensor, QuantTensor]:
+        # Out of forward: TorchScript parses forward whole, and can not parse try/finally.
         # forward_impl takes one argument: output_size reaches inner_forward_impl through self.
         self._output_size = output_size
         try:
             return self.forward_impl(input)
         finally:
             self._output_size = None
+
+    def __prepare_scriptable__(self) -> "_QuantConvTransposeNd":
+        # torch's _output_padding takes lists.
+        self._script_stride = list(self.stride)
+        self._script_padding = list(self.padding)
+        self._script_kernel_size = list(self.kernel_size)
+        self._script_dilation = list(self.dilation)
+        return super().__prepare_scriptable__()
+
+    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
+                                   quant_bias: Optional[Tensor],
+                                   output_size: Optional[List[int]]) -> Tensor:
+        n = len(self._script_kernel_size)
+        output_padding = self._output_padding(x, output_size, self._script_stride,
+                                              self._script_padding, self._script_kernel_size, n,
+                                              self._script_dilation)
+        if n == 1:
+            return F.conv_transpose1d(x, quant_weight, quant_bias, self._script_stride,
+                                      self._script_padding, output_padding, self.groups,
+                                      self._script_dilation)
+        if n == 2:
+            return F.conv_transpose2d(x, quant_weight, quant_bias, self._script_stride,
+                                      self._script_padding, output_padding, self.groups,
+                                      self._script_dilation)
+        return F.conv_transpose3d(x, quant_weight, quant_bias, self._script_stride,
+                                  self._script_padding, output_padding, self.groups,
+                                  self._script_dilation)
 
     def compute_output_padding(self, inp: Union[Tensor, QuantTensor],
                                output_size: Optional[List[int]]) -> List[int]:

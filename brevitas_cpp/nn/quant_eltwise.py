@@ -8,7 +8,7 @@ scale and a bit width wide enough for both integer ranges; a concatenation keeps
 grid. In eval the operands must then have the same scale, or the result would not be on one
 grid: that is an error naming the layer and the two scales."""
 
-from typing import Optional, Sequence, Union
+from typing import List, Optional, Union
 
 import torch
 from torch import Tensor
@@ -16,11 +16,32 @@ from torch.nn import Module
 
 from brevitas_cpp.nn.quant_layer import ActQuantType
 from brevitas_cpp.nn.quant_layer import QuantInputOutputLayer
+from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import Int8ActPerTensorFloat
 from brevitas_cpp.quant_tensor import IntQuantTensor
 from brevitas_cpp.quant_tensor import QuantTensor
 
 __all__ = ["QuantEltwiseAdd", "QuantCat"]
+
+
+def _script_check_same_scale(training: bool, scale: Optional[Tensor],
+                             other_scale: Optional[Tensor]) -> None:
+    """_check_same_scale on the TorchScript path, where operands are (value, scale, ...)."""
+    if training or scale is None or other_scale is None:
+        return
+    if not torch.allclose(scale, other_scale):
+        raise RuntimeError(
+            "scripted quant layer: in eval mode the quantized operands must have the same "
+            "scale; quantize both with the layer's input_quant (or a shared quantizer)")
+
+
+def _check_tie_scriptable(layer: QuantInputOutputLayer) -> None:
+    # One proxy under two names: TorchScript would script it twice, and the two copies would
+    # no longer share their state (statistics, learned scale).
+    if layer.input_quant is layer.output_quant:
+        raise script_error(
+            layer, "tie_input_output_quant=True (one quantizer serving input and output)",
+            "Build the layer without it, or trace the model.")
 
 
 def _check_same_scale(layer: Module, first: Union[Tensor, QuantTensor],
@@ -60,8 +81,21 @@ class QuantEltwiseAdd(QuantInputOutputLayer, Module):
     def channelwise_separable(self) -> bool:
         return True
 
-    def forward(self, input: Union[Tensor, QuantTensor],
-                other: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "QuantEltwiseAdd":
+        _check_tie_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    def forward(self, input: Union[Tensor, IntQuantTensor], other: Union[Tensor,
+                                                                          IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            assert isinstance(other, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            quant_input, input_scale, _, _ = self.input_quant(input)
+            quant_other, other_scale, _, _ = self.input_quant(other)
+            _script_check_same_scale(self.input_quant.training, input_scale, other_scale)
+            return self.output_quant(quant_input + quant_other)[0]
         input = self.unpack_input(input)
         other = self.unpack_input(other)
         quant_input = self.input_quant(input)
@@ -93,8 +127,24 @@ class QuantCat(QuantInputOutputLayer, Module):
     def channelwise_separable(self) -> bool:
         return True
 
-    def forward(self, tensor_list: Sequence[Union[Tensor, QuantTensor]],
-                dim: int = 1) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "QuantCat":
+        _check_tie_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    # tensor_list: a list or tuple of Tensors or QuantTensors in eager mode; annotated as what
+    # TorchScript accepts (a list of Tensors: TorchScript lists are invariant).
+    def forward(self, tensor_list: List[Tensor], dim: int = 1):
+        if torch.jit.is_scripting():
+            values: List[Tensor] = []
+            first_scale: Optional[Tensor] = None
+            for i, t in enumerate(tensor_list):
+                value, scale, _, _ = self.input_quant(t)
+                if i == 0:
+                    first_scale = scale
+                else:
+                    _script_check_same_scale(self.input_quant.training, first_scale, scale)
+                values.append(value)
+            return self.output_quant(torch.cat(values, dim=dim))[0]
         # A QuantTensor is itself a (named) tuple: rule it out explicitly.
         is_sequence = isinstance(tensor_list, (list, tuple)) and not isinstance(
             tensor_list, QuantTensor)

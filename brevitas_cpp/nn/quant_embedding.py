@@ -11,6 +11,8 @@ from torch.nn.functional import embedding
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
+from brevitas_cpp.proxy.script import script_error
+
 from .mixin.parameter import QuantWeightMixin, WeightQuantType
 
 __all__ = ["QuantEmbedding"]
@@ -75,7 +77,15 @@ class QuantEmbedding(QuantWeightMixin, Embedding):
             return field
         return embedding(inp, field.reshape(self.num_embeddings, -1))
 
-    def forward(self, inp: Tensor) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "QuantEmbedding":
+        if self.return_quant_tensor:
+            raise script_error(self, "return_quant_tensor=True", "Build the layer with "
+                               "return_quant_tensor=False (the default), or trace the model.")
+        return self
+
+    def forward(self, inp: Tensor):
+        if torch.jit.is_scripting():
+            return self._lookup(inp, self.weight_quant(self.weight)[0])
         if isinstance(inp, QuantTensor):
             raise TypeError("QuantEmbedding: the input must be an integer index tensor, got a "
                             "QuantTensor")

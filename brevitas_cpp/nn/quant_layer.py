@@ -7,13 +7,14 @@
   come from input scale x weight scale), runs the float op on them and quantizes the output.
 """
 
-from typing import Any, Dict, Optional, Type, Union
+from typing import Any, Dict, List, Optional, Type, Union
 
 import torch
 from torch import Tensor
 from torch.nn import Module
 
-from brevitas_cpp.quant_tensor import QuantTensor
+from brevitas_cpp.proxy.script import script_error
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
 from .mixin import (
     ActQuantType,
@@ -78,7 +79,11 @@ class QuantNonLinearActLayer(QuantNonLinearActMixin, QuantInputMixin, QuantLayer
     def channelwise_separable(self) -> bool:
         return True
 
-    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def forward(self, input: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            return self.act_quant(self.input_quant(input)[0])[0]
         input = self.unpack_input(input)
         quant_input = self.input_quant(input)
         out = self.act_quant(quant_input)
@@ -156,6 +161,48 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
         """Fold the eval-mode batch norm that follows this layer into its weight and bias, and
         rebuild the weight and bias quantizers from the folded values."""
         merge_bn(self, bn, output_channel_dim=self.output_channel_dim)
+
+    def __prepare_scriptable__(self) -> "QuantWeightBiasInputOutputLayer":
+        bias_quant = self.bias_quant
+        if (self.bias is not None and bias_quant.is_quant_enabled
+                and bias_quant.requires_input_scale):
+            # Between scripted layers inputs are plain Tensors: the input scale can only come
+            # from the layer's own input quantizer.
+            if not self.input_quant.is_quant_enabled:
+                raise script_error(
+                    self, f"bias_quant={bias_quant.quant_injector.__name__} takes its scale from "
+                    f"the input scale, and the layer has no input quantizer", "Quantize the "
+                    f"layer's input (input_quant=...), or use a bias quantizer with its own scale "
+                    f"(e.g. Int8BiasPerTensorFloatInternalScaling).")
+            if not self.weight_quant.is_quant_enabled:
+                raise script_error(
+                    self, f"bias_quant={bias_quant.quant_injector.__name__} takes its scale from "
+                    f"the weight scale, and the weight is not quantized", "Quantize the weight, "
+                    f"or use a bias quantizer with its own scale.")
+        return super().__prepare_scriptable__()
+
+    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
+                                   quant_bias: Optional[Tensor],
+                                   output_size: Optional[List[int]]) -> Tensor:
+        """The float op on Tensors, for the TorchScript path (output_size: transposed convs)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define "
+                                  f"_script_inner_forward_impl")
+
+    def _script_forward_impl(self, x: Tensor, output_size: Optional[List[int]] = None) -> Tensor:
+        """forward_impl's TorchScript path: the proxies exchange (value, scale, zero_point,
+        bit_width) tuples, and the bias takes input scale x weight scale from the layer's own
+        input quantizer when it needs it (checked by __prepare_scriptable__)."""
+        quant_input, input_scale, _, _ = self.input_quant(x)
+        quant_weight, weight_scale, _, _ = self.weight_quant(self.weight)
+        bias = self.bias
+        if bias is None:
+            quant_bias: Optional[Tensor] = None
+        else:
+            quant_bias = self.bias_quant._script_forward(
+                bias, quant_input, input_scale, weight_scale)[0]
+        output = self._script_inner_forward_impl(quant_input, quant_weight, quant_bias,
+                                                 output_size)
+        return self.output_quant(output)[0]
 
     def forward_impl(self, inp: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
         inp = self.unpack_input(inp)

@@ -3,14 +3,14 @@ quantized weight (Int8WeightPerTensorFloat by default) and optional bias, input 
 quantization. runtime_shape views the per-channel vectors against the input ((1, -1, 1, 1):
 channels at dim 1 of a 4-d input)."""
 
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
 
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
-from brevitas_cpp.quant_tensor import QuantTensor
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
 from .quant_layer import ActQuantType, BiasQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
@@ -83,8 +83,25 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
     def channelwise_separable(self) -> bool:
         return True
 
-    def forward(self, inp: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "QuantScaleBias":
+        # A list for view() in TorchScript (runtime_shape may be any sequence).
+        self._script_runtime_shape = [int(d) for d in self.runtime_shape]
+        return super().__prepare_scriptable__()
+
+    def forward(self, inp: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(inp, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            return self._script_forward_impl(inp)
         return self.forward_impl(inp)
+
+    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
+                                   quant_bias: Optional[Tensor],
+                                   output_size: Optional[List[int]]) -> Tensor:
+        out = x * quant_weight.view(self._script_runtime_shape)
+        if quant_bias is not None:
+            out = out + quant_bias.view(self._script_runtime_shape)
+        return out
 
     def inner_forward_impl(self, input: Union[Tensor, QuantTensor],
                            quant_weight: Union[Tensor, QuantTensor],

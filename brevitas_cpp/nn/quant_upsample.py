@@ -7,6 +7,7 @@ input. The layers return QuantTensors by default (return_quant_tensor=True)."""
 
 from typing import Optional, Union
 
+import torch
 from torch import Tensor
 from torch.nn import Upsample
 from torch.nn import UpsamplingBilinear2d
@@ -15,7 +16,8 @@ from torch.nn.functional import interpolate
 
 from brevitas_cpp.function import round_ste
 from brevitas_cpp.nn.mixin.base import QuantLayerMixin
-from brevitas_cpp.quant_tensor import QuantTensor
+from brevitas_cpp.proxy.script import script_error
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
 __all__ = ["QuantUpsample", "QuantUpsamplingBilinear2d", "QuantUpsamplingNearest2d"]
 
@@ -37,6 +39,13 @@ def _upsample(layer: Upsample, x: Union[Tensor, QuantTensor],
     if round_to_grid:
         y_value = round_ste(y_value / x.scale) * x.scale
     return x.set(value=y_value)
+
+
+def _check_scriptable(layer: Upsample) -> None:
+    if layer.mode != 'nearest':
+        raise script_error(
+            layer, f"mode={layer.mode!r} rounds the interpolation to the input's scale, which "
+            f"needs a QuantTensor input", "Trace the model instead; mode='nearest' scripts.")
 
 
 class QuantUpsample(QuantLayerMixin, Upsample):
@@ -62,7 +71,16 @@ class QuantUpsample(QuantLayerMixin, Upsample):
     def requires_export_handler(self) -> bool:
         return False
 
-    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "QuantUpsample":
+        _check_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    def forward(self, input: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
+            return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
         x = self.unpack_input(input)
         return self.pack_output(_upsample(self, x, round_to_grid=self.mode != 'nearest'))
 
@@ -82,7 +100,16 @@ class QuantUpsamplingBilinear2d(QuantLayerMixin, UpsamplingBilinear2d):
     def requires_export_handler(self) -> bool:
         return False
 
-    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "QuantUpsamplingBilinear2d":
+        _check_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    def forward(self, input: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
+            return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
         x = self.unpack_input(input)
         return self.pack_output(_upsample(self, x, round_to_grid=True))
 
@@ -102,6 +129,15 @@ class QuantUpsamplingNearest2d(QuantLayerMixin, UpsamplingNearest2d):
     def requires_export_handler(self) -> bool:
         return False
 
-    def forward(self, input: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "QuantUpsamplingNearest2d":
+        _check_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    def forward(self, input: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(input, Tensor), (
+                "scripted quant layers take Tensors, not QuantTensors")
+            # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
+            return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
         x = self.unpack_input(input)
         return self.pack_output(_upsample(self, x, round_to_grid=False))

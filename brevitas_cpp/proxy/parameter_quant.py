@@ -15,6 +15,7 @@ from brevitas_cpp import config
 from brevitas_cpp.core.function_wrapper import Identity
 from brevitas_cpp.function import max_int
 from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector, QuantProxyProtocol
+from brevitas_cpp.proxy.script import QuantTuple, script_error
 from brevitas_cpp.proxy.utils import _CachedIO, compute_channel_view_shape, is_broadcastable
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
@@ -135,7 +136,25 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
     def create_quant_tensor(self, qt_args: Tuple[Any, ...]) -> Union[Tensor, QuantTensor]:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> Union[Tensor, QuantTensor]:
+    def __prepare_scriptable__(self) -> "WeightQuantProxyFromInjectorBase":
+        if self.requires_quant_input:
+            raise script_error(self, "the weight quantizer needs the quantized input",
+                               "Use a weight quantizer that does not (requires_quant_input).")
+        return super().__prepare_scriptable__()
+
+    def _script_forward(self, x: Tensor) -> QuantTuple:
+        """The TorchScript path of forward: (value, scale, zero_point, bit_width)."""
+        # Static under TorchScript: tensor_quant is None (a NoneType attribute) or a module.
+        if self.tensor_quant is None:
+            return x, None, None, None
+        if self.disable_quant:
+            return x, None, None, None
+        value, scale, zero_point, bit_width = self.tensor_quant(x)
+        return value, scale, zero_point, bit_width
+
+    def forward(self, x: torch.Tensor):
+        if torch.jit.is_scripting():
+            return self._script_forward(x)
         if not self.is_quant_enabled:
             return x
         out = self.export_handler(x) if self.export_mode else self.tensor_quant(x)
@@ -150,6 +169,10 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
 
 
 class BiasQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector, BiasQuantProxyProtocol, ABC):
+
+    # A TorchScript constant: the quantizer takes (bias, accumulator scale) with it, (bias)
+    # without, so the scripted forward must compile only the matching call.
+    __constants__ = ["requires_input_scale"]
 
     def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
         super().__init__(quant_layer, quant_injector)
@@ -264,10 +287,42 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
             f"an IntQuantTensor) and its weight, or use a bias quantizer with its own scale "
             f"(requires_input_scale=False, e.g. Int8BiasPerTensorFloatInternalScaling)")
 
-    def forward(
-            self, x: Tensor, input: Optional[Union[Tensor, IntQuantTensor]] = None,
-            weight: Optional[Union[Tensor, IntQuantTensor]] = None
-    ) -> Union[Tensor, IntQuantTensor]:
+    def __prepare_scriptable__(self) -> "BiasQuantProxyFromInjector":
+        if self.requires_input_scale:
+            # The output channel dim the accumulator scale is viewed along, as in
+            # quant_output_scale_impl: snapshotted, since isinstance on layers does not script.
+            # (Set even with quantization disabled: _script_forward compiles the path anyway.)
+            first = self.tracked_module_list[0]
+            self._script_channel_dim = -1 if isinstance(first, nn.Linear) else 1
+        return super().__prepare_scriptable__()
+
+    def _script_forward(self, x: Tensor, quant_input: Tensor, input_scale: Optional[Tensor],
+                        weight_scale: Optional[Tensor]) -> QuantTuple:
+        """The TorchScript path: the bias x quantized, with the accumulator scale (input scale x
+        weight scale, viewed as quant_output_scale_impl does) when requires_input_scale."""
+        if self.tensor_quant is None:
+            return x, None, None, None
+        if self.disable_quant:
+            return x, None, None, None
+        if self.requires_input_scale:
+            if input_scale is None or weight_scale is None:
+                raise RuntimeError(
+                    "scripted bias quant proxy: the bias quantizer has requires_input_scale=True "
+                    "and needs the scales of the quantized input and weight")
+            shape = [1] * quant_input.dim()
+            shape[self._script_channel_dim] = -1
+            acc_scale = weight_scale.view(shape) * input_scale.view(shape)
+            value, scale, zero_point, bit_width = self.tensor_quant(x, acc_scale.view(-1))
+        else:
+            value, scale, zero_point, bit_width = self.tensor_quant(x)
+        return value, scale, zero_point, bit_width
+
+    def forward(self, x: Tensor, input: Optional[Union[Tensor, IntQuantTensor]] = None,
+                weight: Optional[Union[Tensor, IntQuantTensor]] = None):
+        if torch.jit.is_scripting():
+            # Scripted layers call _script_forward with the scales; alone, the bias proxy
+            # quantizes with its own scale only.
+            return self._script_forward(x, x, None, None)
         if not self.is_quant_enabled:
             return x
         impl = self.export_handler if self.export_mode else self.tensor_quant

@@ -33,6 +33,11 @@ from brevitas_cpp.core.zero_point import (
 )
 from brevitas_cpp.inject.enum import FloatToIntImplType, ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, Injector, MissingDependencyError
+from brevitas_cpp.proxy.script import (
+    ScriptableQuantModule,
+    mark_properties_unused_by_jit,
+    script_error,
+)
 
 __all__ = ["QuantProxyProtocol", "QuantProxyFromInjector"]
 
@@ -153,9 +158,13 @@ class _ExportModeMixin:
         self._export_mode = value
 
 
-class QuantProxyFromInjector(_ExportModeMixin, nn.Module, QuantProxyProtocol):
+class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
+                             QuantProxyProtocol):
     """Serves one or more layers (``tracked_module_list``) with the quantizer built by
-    ``quant_injector``; ``tensor_quant`` is None when the injector quantizes nothing."""
+    ``quant_injector``; ``tensor_quant`` is None when the injector quantizes nothing.
+
+    Under torch.jit.script the subclasses' forward takes and returns plain tensors (see
+    brevitas_cpp.proxy.script)."""
 
     def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
         if not (isinstance(quant_injector, type)
@@ -226,6 +235,19 @@ class QuantProxyFromInjector(_ExportModeMixin, nn.Module, QuantProxyProtocol):
     def apply_input_view(self, x: torch.Tensor) -> torch.Tensor:
         return self.input_view_impl(x)
 
+    def __prepare_scriptable__(self) -> "QuantProxyFromInjector":
+        """Called by torch.jit.script: refuses what the TorchScript path does not do, and
+        returns the proxy itself (see brevitas_cpp.proxy.script)."""
+        if self.export_mode:
+            raise script_error(self, "export_mode is on", "Leave export mode first.")
+        if len(self.tracked_module_list) > 1:
+            # TorchScript makes one copy of a module per place it is reached from.
+            raise script_error(
+                self, f"the quantizer is shared by {len(self.tracked_module_list)} layers "
+                f"(scripted, each would get its own copy, no longer sharing statistics and "
+                f"step counters)", "Give each layer its own quantizer, or trace the model.")
+        return self
+
     def _load_from_state_dict(
             self, state_dict: Dict[str, Any], prefix: str, local_metadata, strict: bool,
             missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str]) -> None:
@@ -243,3 +265,7 @@ class QuantProxyFromInjector(_ExportModeMixin, nn.Module, QuantProxyProtocol):
         zero_hw_sentinel_key = prefix + "zero_hw_sentinel"
         if zero_hw_sentinel_key in unexpected_keys:
             unexpected_keys.remove(zero_hw_sentinel_key)
+
+
+# __init_subclass__ lists the properties of subclasses only.
+mark_properties_unused_by_jit(QuantProxyFromInjector)

@@ -5,10 +5,12 @@ quantizer runs fused after an optional activation function, and truncation of ac
 from abc import ABC, abstractmethod
 from typing import Any, Optional, Protocol, Tuple, Union, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
 from brevitas_cpp import jit
 from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector, QuantProxyProtocol
+from brevitas_cpp.proxy.script import QuantTuple, script_error
 from brevitas_cpp.proxy.utils import _CachedIO
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
@@ -150,7 +152,24 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         that keeps the metadata of x (a passthrough activation)."""
         raise NotImplementedError
 
-    def forward(self, x: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
+    def _script_forward(self, x: Tensor) -> QuantTuple:
+        """The TorchScript path of forward: the quantizer's (value, scale, zero_point,
+        bit_width), with None metadata when nothing is quantized."""
+        # Static under TorchScript: fused is None (a NoneType attribute) or a module.
+        if self.fused_activation_quant_proxy is None:
+            return x, None, None, None
+        # is_quant_enabled without the property (TorchScript compiles no property).
+        if not self._is_quant_enabled or self.disable_quant:
+            return self.fused_activation_quant_proxy.activation_impl(x), None, None, None
+        value, scale, zero_point, bit_width = self.fused_activation_quant_proxy(x)
+        return value, scale, zero_point, bit_width
+
+    def forward(self, x: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            assert isinstance(x, Tensor), (
+                "activation quant proxy: scripted quant layers exchange Tensors, not "
+                "QuantTensors")
+            return self._script_forward(x)
         fused = self.fused_activation_quant_proxy
         # Neither activation nor quantization: the input as it came.
         if fused is None:
@@ -247,7 +266,20 @@ class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol)
     def bit_width(self) -> Optional[Tensor]:
         return self.retrieve_attribute("bit_width")
 
-    def forward(self, x: IntQuantTensor) -> Union[Tensor, IntQuantTensor]:
+    def __prepare_scriptable__(self) -> "TruncQuantProxyFromInjector":
+        if self.is_quant_enabled:
+            raise script_error(
+                self, "truncation requantizes an IntQuantTensor (an accumulator) and needs its "
+                "scale and bit width", "Trace the model instead, or build the layer with "
+                "trunc_quant=None.")
+        return super().__prepare_scriptable__()
+
+    def forward(self, x: Union[Tensor, IntQuantTensor]):
+        if torch.jit.is_scripting():
+            # Only a disabled truncation scripts (see __prepare_scriptable__): the identity.
+            assert isinstance(x, Tensor), (
+                "trunc quant proxy: scripted quant layers exchange Tensors, not QuantTensors")
+            return x
         if not self.is_quant_enabled:
             return x
         if not isinstance(x, IntQuantTensor):

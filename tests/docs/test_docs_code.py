@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from brevitas_cpp import config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOCS = sorted((REPO / "docs").glob("*.md"))
@@ -30,10 +29,6 @@ def test_docs_exist():
 
 
 @pytest.mark.parametrize("path", DOCS, ids=[p.stem for p in DOCS])
-@pytest.mark.skipif(
-    config.JIT_ENABLED,
-    reason="the docs show the default mode; their torch.jit.save of a traced model does not work "
-    "with BREVITAS_JIT=1 script blocks (see the xfail in tests/nn/test_torchscript.py)")
 def test_doc_code_runs(path: pathlib.Path, tmp_path: pathlib.Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks(path.read_text())

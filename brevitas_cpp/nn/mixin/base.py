@@ -23,6 +23,7 @@ from torch import Tensor
 from torch import nn
 
 from brevitas_cpp.inject import ExtendedInjector, Injector
+from brevitas_cpp.proxy.script import ScriptableQuantModule, script_error
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
 from .utils import filter_kwargs, quantizer_vocabulary
@@ -130,7 +131,7 @@ def _check_kwarg(layer: Any, book: _KwargsBook, name: str) -> None:
         f"prefixes: {prefixes}.{hint}")
 
 
-class QuantProxyMixin(object):
+class QuantProxyMixin(ScriptableQuantModule):
     """Builds the proxy ``<proxy_prefix>quant`` of a layer.
 
     ``quant`` is a quantizer class (an injector: specialised with the layer's keywords that
@@ -186,9 +187,13 @@ class QuantProxyMixin(object):
                 f"BiasQuantSolver, ActQuantSolver, TruncQuantSolver) or set proxy_class") from None
 
 
-class QuantLayerMixin(object):
+class QuantLayerMixin(ScriptableQuantModule):
     """QuantTensor conventions of a quant layer: accepts QuantTensor or Tensor inputs, and
-    returns a QuantTensor only when ``return_quant_tensor`` is set."""
+    returns a QuantTensor only when ``return_quant_tensor`` is set.
+
+    Under torch.jit.script a layer takes and returns plain Tensors: its forward has a
+    TorchScript path (see brevitas_cpp.proxy.script), and ``__prepare_scriptable__`` refuses
+    the settings that path does not cover."""
 
     def __init__(self, return_quant_tensor: bool):
         if not isinstance(return_quant_tensor, bool):
@@ -201,6 +206,16 @@ class QuantLayerMixin(object):
     @property
     def channelwise_separable(self) -> bool:
         raise NotImplementedError(f"{_layer_name(self)} does not define channelwise_separable")
+
+    def __prepare_scriptable__(self) -> "QuantLayerMixin":
+        """Called by torch.jit.script on every module before compiling: raises for what the
+        TorchScript path does not support, and returns the layer itself (returning another
+        module would silently replace the user's layer in its parent)."""
+        if self.return_quant_tensor:
+            raise script_error(
+                self, "return_quant_tensor=True", "Build the layer with "
+                "return_quant_tensor=False (the default of most layers), or trace the model.")
+        return self
 
     @property
     def export_mode(self) -> bool:

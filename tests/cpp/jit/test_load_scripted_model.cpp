@@ -3,9 +3,11 @@
 // binary), and forward and backward give the values Python recorded.
 //
 // The fixture is written by tests/nn/test_torchscript.py (pytest runs before ctest in
-// scripts/test.sh): model.pt, the traced SmallQuantCNN in eval mode, and expected.pt, a module
-// whose attributes are the input, the output, the gradient of sum(output * linspace(-1, 1)) with
-// respect to the input, and each parameter's gradient ("grad_" + name with '.' -> '_').
+// scripts/test.sh): model.pt, the SmallQuantCNN compiled by torch.jit.script, fresh and in train
+// mode (so its first forward is a step of the activation quantizers' statistics warm-up, run by
+// the compiled control flow), and expected.pt, a module whose attributes are the input, the
+// output, the gradient of sum(output * linspace(-1, 1)) with respect to the input, and each
+// parameter's gradient ("grad_" + name with '.' -> '_').
 // Its directory is $BREVITAS_CPP_JIT_FIXTURE, else <build dir>/jit_fixture.
 #include "../test_utils.h"
 
@@ -61,7 +63,9 @@ TEST_F(LoadScriptedModel, GraphCallsTheBrevitasOps) {
   torch::jit::Inline(*graph);
   const std::string text = graph->toString();
   EXPECT_NE(text.find("brevitas_cpp::int_quant"), std::string::npos) << text;
-  EXPECT_FALSE(model_.is_training()) << "the fixture model was saved in eval mode";
+  // Scripted, not traced: the train/eval and warm-up branches are in the graph.
+  EXPECT_NE(text.find("prim::If"), std::string::npos) << text;
+  EXPECT_TRUE(model_.is_training()) << "the fixture model was saved in train mode";
 }
 
 TEST_F(LoadScriptedModel, ForwardAndBackwardMatchPython) {

@@ -15,7 +15,6 @@ from torch import Tensor, nn
 import brevitas_cpp.nn as qnn
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Int8WeightPerChannelFloat, Int32Bias
 
-from .test_torchscript import saving_scripted_needs_exportable_blocks
 
 STEPS = 4  # two warm-up steps, the switch to the learned scale, one learned-scale step
 WARMUP = {"collect_stats_steps": 2}
@@ -159,7 +158,6 @@ def test_scripted_layer_trains_and_evaluates_like_the_eager_one(name):
     _assert_scripted_matches(_build(constructor), torch.jit.script(_build(constructor)), shape)
 
 
-@saving_scripted_needs_exportable_blocks
 @pytest.mark.parametrize("name", ["QuantConv2d-same-strided", "QuantConvTranspose2d",
                                   "QuantSigmoid-input-quant", "QuantCat", "QuantScaleBias",
                                   "QuantEmbedding"])

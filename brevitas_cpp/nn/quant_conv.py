@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
-from .quant_layer import ActQuantType, BiasQuantType, act_quant_dtype_device
+from .quant_layer import ActQuantType, BiasQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
 from .quant_layer import WeightQuantType
 
@@ -37,6 +37,25 @@ def _same_padded_strided(padding, padding_mode: str, stride) -> Tuple[object, bo
 
 class _QuantConvNd(object):
     """What QuantConv1d/2d/3d share; each also derives from QuantWBIOL and its torch conv."""
+
+    def _init_quant_conv(self, conv_class: type, in_channels: int, out_channels: int,
+                         kernel_size, stride, padding, dilation, groups: int, padding_mode: str,
+                         bias: Optional[bool], weight_quant: Optional[WeightQuantType],
+                         bias_quant: Optional[BiasQuantType], input_quant: Optional[ActQuantType],
+                         output_quant: Optional[ActQuantType], return_quant_tensor: bool,
+                         device: Optional[torch.device], dtype: Optional[torch.dtype],
+                         **kwargs) -> None:
+        """The constructor body of QuantConv1d/2d/3d (conv_class: their torch conv)."""
+        padding, is_same_padded_strided = _same_padded_strided(padding, padding_mode, stride)
+        conv_class.__init__(
+            self, in_channels, out_channels, kernel_size, stride=stride, padding=padding,
+            dilation=dilation, groups=groups, bias=bias, padding_mode=padding_mode,
+            device=device, dtype=dtype)
+        QuantWBIOL.__init__(
+            self, weight_quant=weight_quant, bias_quant=bias_quant, input_quant=input_quant,
+            output_quant=output_quant, return_quant_tensor=return_quant_tensor, device=device,
+            dtype=dtype, **kwargs)
+        self.is_same_padded_strided = is_same_padded_strided
 
     @property
     def per_elem_ops(self) -> int:
@@ -137,29 +156,10 @@ class QuantConv1d(_QuantConvNd, QuantWBIOL, Conv1d):
             device: Optional[torch.device] = None,
             dtype: Optional[torch.dtype] = None,
             **kwargs) -> None:
-        padding, is_same_padded_strided = _same_padded_strided(padding, padding_mode, stride)
-        Conv1d.__init__(
-            self,
-            in_channels=in_channels,
-            out_channels=out_channels,
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            dilation=dilation,
-            groups=groups,
-            padding_mode=padding_mode,
-            bias=bias,
-            device=device,
-            dtype=dtype)
-        QuantWBIOL.__init__(
-            self,
-            weight_quant=weight_quant,
-            bias_quant=bias_quant,
-            input_quant=input_quant,
-            output_quant=output_quant,
-            return_quant_tensor=return_quant_tensor,
-            **act_quant_dtype_device(self, kwargs, dtype, device))
-        self.is_same_padded_strided = is_same_padded_strided
+        self._init_quant_conv(
+            Conv1d, in_channels, out_channels, kernel_size, stride, padding,
+            dilation, groups, padding_mode, bias, weight_quant, bias_quant, input_quant,
+            output_quant, return_quant_tensor, device, dtype, **kwargs)
 
 
 class QuantConv2d(_QuantConvNd, QuantWBIOL, Conv2d):
@@ -184,29 +184,10 @@ class QuantConv2d(_QuantConvNd, QuantWBIOL, Conv2d):
             device: Optional[torch.device] = None,
             dtype: Optional[torch.dtype] = None,
             **kwargs) -> None:
-        padding, is_same_padded_strided = _same_padded_strided(padding, padding_mode, stride)
-        Conv2d.__init__(
-            self,
-            in_channels=in_channels,
-            out_channels=out_channels,
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            dilation=dilation,
-            groups=groups,
-            padding_mode=padding_mode,
-            bias=bias,
-            device=device,
-            dtype=dtype)
-        QuantWBIOL.__init__(
-            self,
-            weight_quant=weight_quant,
-            bias_quant=bias_quant,
-            input_quant=input_quant,
-            output_quant=output_quant,
-            return_quant_tensor=return_quant_tensor,
-            **act_quant_dtype_device(self, kwargs, dtype, device))
-        self.is_same_padded_strided = is_same_padded_strided
+        self._init_quant_conv(
+            Conv2d, in_channels, out_channels, kernel_size, stride, padding,
+            dilation, groups, padding_mode, bias, weight_quant, bias_quant, input_quant,
+            output_quant, return_quant_tensor, device, dtype, **kwargs)
 
 
 class QuantConv3d(_QuantConvNd, QuantWBIOL, Conv3d):
@@ -231,26 +212,7 @@ class QuantConv3d(_QuantConvNd, QuantWBIOL, Conv3d):
             device: Optional[torch.device] = None,
             dtype: Optional[torch.dtype] = None,
             **kwargs) -> None:
-        padding, is_same_padded_strided = _same_padded_strided(padding, padding_mode, stride)
-        Conv3d.__init__(
-            self,
-            in_channels=in_channels,
-            out_channels=out_channels,
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            dilation=dilation,
-            groups=groups,
-            padding_mode=padding_mode,
-            bias=bias,
-            device=device,
-            dtype=dtype)
-        QuantWBIOL.__init__(
-            self,
-            weight_quant=weight_quant,
-            bias_quant=bias_quant,
-            input_quant=input_quant,
-            output_quant=output_quant,
-            return_quant_tensor=return_quant_tensor,
-            **act_quant_dtype_device(self, kwargs, dtype, device))
-        self.is_same_padded_strided = is_same_padded_strided
+        self._init_quant_conv(
+            Conv3d, in_channels, out_channels, kernel_size, stride, padding,
+            dilation, groups, padding_mode, bias, weight_quant, bias_quant, input_quant,
+            output_quant, return_quant_tensor, device, dtype, **kwargs)

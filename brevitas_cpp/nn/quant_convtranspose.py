@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
-from .quant_layer import ActQuantType, BiasQuantType, act_quant_dtype_device
+from .quant_layer import ActQuantType, BiasQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
 from .quant_layer import WeightQuantType
 
@@ -24,6 +24,25 @@ _CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_trans
 class _QuantConvTransposeNd(object):
     """What QuantConvTranspose1d/2d/3d share; each also derives from QuantWBIOL and its torch
     layer (which already rejects padding modes other than 'zeros')."""
+
+    def _init_quant_conv(self, conv_class: type, in_channels: int, out_channels: int,
+                         kernel_size, stride, padding, output_padding, dilation, groups: int,
+                         padding_mode: str, bias: Optional[bool],
+                         weight_quant: Optional[WeightQuantType],
+                         bias_quant: Optional[BiasQuantType], input_quant: Optional[ActQuantType],
+                         output_quant: Optional[ActQuantType], return_quant_tensor: bool,
+                         device: Optional[torch.device], dtype: Optional[torch.dtype],
+                         **kwargs) -> None:
+        """The constructor body of QuantConvTranspose1d/2d/3d (conv_class: their torch layer)."""
+        conv_class.__init__(
+            self, in_channels, out_channels, kernel_size, stride=stride, padding=padding,
+            output_padding=output_padding, dilation=dilation, groups=groups, bias=bias,
+            padding_mode=padding_mode, device=device, dtype=dtype)
+        QuantWBIOL.__init__(
+            self, weight_quant=weight_quant, bias_quant=bias_quant, input_quant=input_quant,
+            output_quant=output_quant, return_quant_tensor=return_quant_tensor, device=device,
+            dtype=dtype, **kwargs)
+        self._output_size = None
 
     @property
     def per_elem_ops(self) -> int:
@@ -131,29 +150,10 @@ class QuantConvTranspose1d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose1d):
             device: Optional[torch.device] = None,
             dtype: Optional[torch.dtype] = None,
             **kwargs) -> None:
-        ConvTranspose1d.__init__(
-            self,
-            in_channels=in_channels,
-            out_channels=out_channels,
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            output_padding=output_padding,
-            dilation=dilation,
-            groups=groups,
-            padding_mode=padding_mode,
-            bias=bias,
-            device=device,
-            dtype=dtype)
-        QuantWBIOL.__init__(
-            self,
-            weight_quant=weight_quant,
-            bias_quant=bias_quant,
-            input_quant=input_quant,
-            output_quant=output_quant,
-            return_quant_tensor=return_quant_tensor,
-            **act_quant_dtype_device(self, kwargs, dtype, device))
-        self._output_size = None
+        self._init_quant_conv(
+            ConvTranspose1d, in_channels, out_channels, kernel_size, stride, padding,
+            output_padding, dilation, groups, padding_mode, bias, weight_quant, bias_quant,
+            input_quant, output_quant, return_quant_tensor, device, dtype, **kwargs)
 
 
 class QuantConvTranspose2d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose2d):
@@ -180,29 +180,10 @@ class QuantConvTranspose2d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose2d):
             device: Optional[torch.device] = None,
             dtype: Optional[torch.dtype] = None,
             **kwargs) -> None:
-        ConvTranspose2d.__init__(
-            self,
-            in_channels=in_channels,
-            out_channels=out_channels,
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            output_padding=output_padding,
-            dilation=dilation,
-            groups=groups,
-            padding_mode=padding_mode,
-            bias=bias,
-            device=device,
-            dtype=dtype)
-        QuantWBIOL.__init__(
-            self,
-            weight_quant=weight_quant,
-            bias_quant=bias_quant,
-            input_quant=input_quant,
-            output_quant=output_quant,
-            return_quant_tensor=return_quant_tensor,
-            **act_quant_dtype_device(self, kwargs, dtype, device))
-        self._output_size = None
+        self._init_quant_conv(
+            ConvTranspose2d, in_channels, out_channels, kernel_size, stride, padding,
+            output_padding, dilation, groups, padding_mode, bias, weight_quant, bias_quant,
+            input_quant, output_quant, return_quant_tensor, device, dtype, **kwargs)
 
 
 class QuantConvTranspose3d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose3d):
@@ -229,26 +210,7 @@ class QuantConvTranspose3d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose3d):
             device: Optional[torch.device] = None,
             dtype: Optional[torch.dtype] = None,
             **kwargs) -> None:
-        ConvTranspose3d.__init__(
-            self,
-            in_channels=in_channels,
-            out_channels=out_channels,
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            output_padding=output_padding,
-            dilation=dilation,
-            groups=groups,
-            padding_mode=padding_mode,
-            bias=bias,
-            device=device,
-            dtype=dtype)
-        QuantWBIOL.__init__(
-            self,
-            weight_quant=weight_quant,
-            bias_quant=bias_quant,
-            input_quant=input_quant,
-            output_quant=output_quant,
-            return_quant_tensor=return_quant_tensor,
-            **act_quant_dtype_device(self, kwargs, dtype, device))
-        self._output_size = None
+        self._init_quant_conv(
+            ConvTranspose3d, in_channels, out_channels, kernel_size, stride, padding,
+            output_padding, dilation, groups, padding_mode, bias, weight_quant, bias_quant,
+            input_quant, output_quant, return_quant_tensor, device, dtype, **kwargs)

@@ -135,7 +135,12 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
             input_quant: Optional[ActQuantType],
             output_quant: Optional[ActQuantType],
             return_quant_tensor: bool,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
             **kwargs):
+        # device/dtype: those the subclass built its float layer with, for the activation
+        # quantizers too (the weight and bias quantizers follow the parameters).
+        kwargs = act_quant_dtype_device(self, kwargs, dtype, device)
         QuantInputOutputLayer.__init__(
             self,
             input_quant,

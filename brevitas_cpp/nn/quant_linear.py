@@ -11,7 +11,7 @@ from torch.nn.functional import linear
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
-from .quant_layer import ActQuantType, BiasQuantType, act_quant_dtype_device
+from .quant_layer import ActQuantType, BiasQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
 from .quant_layer import WeightQuantType
 
@@ -43,7 +43,9 @@ class QuantLinear(QuantWBIOL, Linear):
             input_quant=input_quant,
             output_quant=output_quant,
             return_quant_tensor=return_quant_tensor,
-            **act_quant_dtype_device(self, kwargs, dtype, device))
+            device=device,
+            dtype=dtype,
+            **kwargs)
 
     @property
     def per_elem_ops(self) -> int:

@@ -30,11 +30,13 @@ class ScaleBias(Module):
     """y = x * weight.view(runtime_shape) + bias.view(runtime_shape); weight starts at ones,
     bias (if any) at zeros."""
 
-    def __init__(self, num_features: int, bias: bool, runtime_shape=(1, -1, 1, 1)):
+    def __init__(self, num_features: int, bias: bool, runtime_shape=(1, -1, 1, 1),
+                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None):
         super(ScaleBias, self).__init__()
         self.num_features = num_features
-        self.weight = Parameter(torch.ones(num_features))
-        self.bias = Parameter(torch.zeros(num_features)) if bias else None
+        self.weight = Parameter(torch.ones(num_features, device=device, dtype=dtype))
+        self.bias = (Parameter(torch.zeros(num_features, device=device, dtype=dtype)) if bias
+                     else None)
         self.runtime_shape = runtime_shape
 
     def forward(self, input: Tensor) -> Tensor:
@@ -56,8 +58,10 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
             output_quant: Optional[ActQuantType] = None,
             return_quant_tensor: bool = False,
             runtime_shape: Tuple[int, ...] = (1, -1, 1, 1),
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
             **kwargs) -> None:
-        ScaleBias.__init__(self, num_features, bias, runtime_shape)
+        ScaleBias.__init__(self, num_features, bias, runtime_shape, device=device, dtype=dtype)
         QuantWBIOL.__init__(
             self,
             weight_quant=weight_quant,
@@ -65,6 +69,8 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
             input_quant=input_quant,
             output_quant=output_quant,
             return_quant_tensor=return_quant_tensor,
+            device=device,
+            dtype=dtype,
             **kwargs)
 
     @property

@@ -9,7 +9,7 @@ import torch
 
 from helpers import rand
 from brevitas_cpp.nn import QuantScaleBias, ScaleBias
-from brevitas_cpp.quant import Int8WeightPerChannelFloat, Int16Bias
+from brevitas_cpp.quant import Int8ActPerTensorFloat, Int8WeightPerChannelFloat, Int16Bias
 from brevitas_cpp.quant_tensor import IntQuantTensor
 
 
@@ -113,3 +113,21 @@ def test_bad_keyword():
     with pytest.raises(TypeError,
                        match="QuantScaleBias: unexpected keyword argument runtime_shap="):
         QuantScaleBias(4, True, runtime_shap=(1, -1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16], ids=["f64", "f16"])
+def test_device_and_dtype_reach_parameters_and_activation_quantizers(dtype):
+    # Like the torch-backed layers: the parameters are built in dtype on device, and a
+    # half-precision layer's input quantizer gets a scale of its dtype (a float32 scale would
+    # turn the activation into float32).
+    m = QuantScaleBias(3, True, input_quant=Int8ActPerTensorFloat, device="cpu", dtype=dtype)
+    assert m.weight.dtype == dtype and m.bias.dtype == dtype
+    assert ScaleBias(3, True, device="cpu", dtype=dtype).weight.dtype == dtype
+    x = rand((2, 3, 4, 4), seed=2).to(dtype)
+    assert m(x).dtype == dtype
+    assert m.input_quant.scale().dtype == (dtype if dtype == torch.float16 else torch.float32)
+
+
+def test_unknown_dtype_like_keyword_is_still_rejected():
+    with pytest.raises(TypeError, match="QuantScaleBias: unexpected keyword argument dtypes="):
+        QuantScaleBias(4, True, dtypes=torch.float16)

@@ -18,7 +18,7 @@ OPS_LIB = LIB_DIR / "libbrevitas_cpp_ops.so"
 
 EXPECTED_OPS = {
     "round_ste", "ceil_ste", "floor_ste", "round_to_zero_ste", "dpu_round_ste",
-    "tensor_clamp_ste", "scalar_clamp_ste", "scalar_clamp_min_ste",
+    "tensor_clamp_ste", "scalar_clamp_ste", "scalar_clamp_min_ste", "scalar_signed_clamp_min_ste",
     "binary_sign_ste", "ternary_sign_ste", "abs_binary_sign_grad", "_abs_binary_sign_grad_backward",
     "int_quant", "_int_quant_with_mask", "_int_quant_backward",
     "binary_quant", "clamped_binary_quant", "_binary_quant_backward", "_clamped_binary_quant_backward",

@@ -16,6 +16,7 @@ from torch.nn import Module
 
 from brevitas_cpp import jit
 from brevitas_cpp.core._checks import checked_module
+from brevitas_cpp.core.utils import SkipsIdentities
 from brevitas_cpp.core.function_wrapper import (
     Abs,
     Identity,
@@ -113,8 +114,17 @@ class _Log2DomainInit:
         return InplaceLogTwo()
 
 
-class _RestrictClampValue(jit.ScriptModule):
+class _SkipsRestrictIdentities(SkipsIdentities):
+    """Identity and FloatRestrictValue (both return x) are skipped; IDENTITY_TYPES is set once
+    FloatRestrictValue is defined, below."""
+
+
+class _RestrictClampValue(_SkipsRestrictIdentities, jit.ScriptModule):
     """restrict_value_impl(x), then |x| >= scaling_min_val (sign kept), then |x| when unsigned."""
+
+    IDENTITY_SLOTS = (("restrict_value_impl", "restrict_is_identity"),
+                      ("clamp_min_ste", "clamp_is_identity"), ("apply_abs", "abs_is_identity"))
+    __constants__ = ["restrict_is_identity", "clamp_is_identity", "abs_is_identity"]
 
     def __init__(
             self,
@@ -128,51 +138,73 @@ class _RestrictClampValue(jit.ScriptModule):
             type(self).__name__, restrict_value_impl)
         # bool(): injection may hand over a truthy object (e.g. a stats op's is_scale_unsigned).
         self.apply_abs = Abs() if bool(is_unsigned) else Identity()
+        self.refresh_identity_flags()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        x = self.restrict_value_impl(x)
-        x = self.clamp_min_ste(x)
-        x = self.apply_abs(x)
+        if not self.restrict_is_identity:
+            x = self.restrict_value_impl(x)
+        if not self.clamp_is_identity:
+            x = self.clamp_min_ste(x)
+        if not self.abs_is_identity:
+            x = self.apply_abs(x)
         return x
 
 
-class _RestrictValue(jit.ScriptModule):
+class _RestrictValue(_SkipsRestrictIdentities, jit.ScriptModule):
     """restrict_value_impl(x), or x when no restriction is given."""
+
+    IDENTITY_SLOTS = (("restrict_value_impl", "restrict_is_identity"),)
+    __constants__ = ["restrict_is_identity"]
 
     def __init__(self, restrict_value_impl: Optional[Module]) -> None:
         super().__init__()
         self.restrict_value_impl = _restrict_impl_or_identity(
             type(self).__name__, restrict_value_impl)
+        self.refresh_identity_flags()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
+        if self.restrict_is_identity:
+            return x
         return self.restrict_value_impl(x)
 
 
-class _ClampValue(jit.ScriptModule):
+class _ClampValue(_SkipsRestrictIdentities, jit.ScriptModule):
     """|x| >= scaling_min_val with x's sign kept (straight-through); identity without a bound."""
+
+    IDENTITY_SLOTS = (("clamp_min_ste", "clamp_is_identity"),)
+    __constants__ = ["clamp_is_identity"]
 
     def __init__(self, scaling_min_val: Optional[float]) -> None:
         super().__init__()
         min_val = _checked_min_val(type(self).__name__, scaling_min_val)
         self.clamp_min_ste = _clamp_min_module(min_val)
         self.min_val = min_val
+        self.refresh_identity_flags()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
+        if self.clamp_is_identity:
+            return x
         return self.clamp_min_ste(x)
 
 
-class _AbsValue(jit.ScriptModule):
+class _AbsValue(_SkipsRestrictIdentities, jit.ScriptModule):
     """|x| when is_unsigned, x otherwise."""
+
+    IDENTITY_SLOTS = (("apply_abs", "abs_is_identity"),)
+    __constants__ = ["abs_is_identity"]
 
     def __init__(self, is_unsigned: bool = True) -> None:
         super().__init__()
         self.apply_abs = Abs() if bool(is_unsigned) else Identity()
+        self.refresh_identity_flags()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
+        if self.abs_is_identity:
+            return x
         return self.apply_abs(x)
 
 
@@ -185,6 +217,9 @@ class FloatRestrictValue(_LinearDomainInit, jit.ScriptModule):
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return x
+
+
+_SkipsRestrictIdentities.IDENTITY_TYPES = (Identity, FloatRestrictValue)
 
 
 class LogFloatRestrictValue(_Log2DomainInit, jit.ScriptModule):

@@ -1,7 +1,7 @@
 """Small modules shared by the core blocks: constants that never enter the state_dict,
 parameter holders, and in-place statistics updates kept out of TorchScript."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -76,3 +76,32 @@ class ParameterWrapper(jit.ScriptModule):
     @jit.script_method
     def forward(self) -> Tensor:
         return self.value
+
+
+class SkipsIdentities:
+    """Mixin for a block whose forward chains submodules that are usually identities (no
+    restriction, no lower bound, no abs): forward tests a bool flag instead of calling them.
+    Every quantizer runs these chains on every call, and a module call costs more than the
+    arithmetic of a scalar scale.
+
+    IDENTITY_SLOTS pairs each submodule's attribute name with its flag's; a flag is True while
+    the submodule's exact type is one of IDENTITY_TYPES (a subclass may do something). The
+    flags are TorchScript constants (list them in the class's __constants__); with
+    BREVITAS_JIT=0 they follow a submodule replaced after construction."""
+
+    IDENTITY_SLOTS: Tuple[Tuple[str, str], ...] = ()
+    IDENTITY_TYPES: Tuple[type, ...] = ()
+
+    def refresh_identity_flags(self) -> None:
+        """Sets every flag from its submodule; call at the end of __init__."""
+        for submodule, flag in self.IDENTITY_SLOTS:
+            setattr(self, flag, type(getattr(self, submodule)) in self.IDENTITY_TYPES)
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        # Scripted blocks cannot change a submodule's type; in eager mode a replaced block is
+        # called from now on (once __init__ has set the flags).
+        slots = self.IDENTITY_SLOTS
+        if (not jit.JIT_ENABLED and any(name == submodule for submodule, _ in slots)
+                and all(flag in self.__dict__ for _, flag in slots)):
+            self.refresh_identity_flags()

@@ -85,7 +85,8 @@ class ZeroZeroPoint(jit.ScriptModule):
 
     @jit.script_method
     def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
-        return self.zero_point()
+        # StatelessBuffer's forward, inlined: one module call fewer per quantizer call.
+        return self.zero_point.value.detach()
 
 
 class _ScaleShiftZeroPoint(jit.ScriptModule):

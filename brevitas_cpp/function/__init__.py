@@ -21,6 +21,7 @@ from brevitas_cpp.function.ops_ste import (
     round_to_zero_ste,
     scalar_clamp_min_ste,
     scalar_clamp_ste,
+    scalar_signed_clamp_min_ste,
     tensor_clamp_ste,
     ternary_sign_ste,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "round_to_zero_ste",
     "scalar_clamp_min_ste",
     "scalar_clamp_ste",
+    "scalar_signed_clamp_min_ste",
     "tensor_clamp",
     "tensor_clamp_",
     "tensor_clamp_ste",

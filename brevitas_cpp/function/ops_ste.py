@@ -52,6 +52,14 @@ def scalar_clamp_min_ste(x: Tensor, min_val: float) -> Tensor:
     return torch.ops.brevitas_cpp.scalar_clamp_min_ste(x, min_val)
 
 
+def scalar_signed_clamp_min_ste(x: Tensor, min_val: float) -> Tensor:
+    """|x| kept >= min_val (>= 0) with x's sign, zero counting as positive, with a
+    straight-through gradient: max(x, min_val) where x >= 0, else min(x, -min_val).
+
+    The values and gradient of Brevitas's ScalarSignedClampMinSte composition, in one op."""
+    return torch.ops.brevitas_cpp.scalar_signed_clamp_min_ste(x, min_val)
+
+
 def binary_sign_ste(x: Tensor) -> Tensor:
     """+1 for x >= 0, -1 otherwise, with a straight-through gradient."""
     return torch.ops.brevitas_cpp.binary_sign_ste(x)

@@ -37,15 +37,32 @@ def _as_metadata(field: Any, name: str, value: Tensor) -> Tensor:
         f"({field!r})")
 
 
+# The flag tensors built from Python bools. Every quantizer call builds an IntQuantTensor, so
+# fresh torch.tensor(flag) calls (and .item() reads back) would cost dispatcher calls per layer;
+# these two are shared instead. Flags stay on the host (see QuantTensor.to) and are never
+# written to, so sharing them is safe.
+_TRUE_FLAG = torch.tensor(True)
+_FALSE_FLAG = torch.tensor(False)
+
+
 def _as_flag(flag: Any, name: str) -> Tensor:
-    """A flag tensor: tensors as given, Python bools (or 0/1) as a bool tensor."""
+    """A flag tensor: tensors as given, Python bools (or 0/1) as a (shared) bool tensor."""
     if isinstance(flag, Tensor):
         return flag
     if isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1)):
-        return torch.tensor(flag, dtype=torch.bool)
+        return _TRUE_FLAG if flag else _FALSE_FLAG
     raise TypeError(
         f"IntQuantTensor: {name} must be a bool or a bool Tensor, got {type(flag).__name__} "
         f"({flag!r})")
+
+
+def _flag_value(flag: Tensor) -> bool:
+    """The Python bool of a flag tensor; the shared flags answer without an .item() call."""
+    if flag is _TRUE_FLAG:
+        return True
+    if flag is _FALSE_FLAG:
+        return False
+    return flag.item()
 
 
 class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
@@ -73,11 +90,11 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
 
     @property
     def signed(self) -> bool:
-        return self.signed_t.item()
+        return _flag_value(self.signed_t)
 
     @property
     def training(self) -> bool:
-        return self.training_t.item()
+        return _flag_value(self.training_t)
 
     @property
     def tensor(self) -> Tensor:

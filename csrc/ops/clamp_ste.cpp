@@ -27,6 +27,11 @@ at::Tensor scalar_clamp_min_ste(const at::Tensor& x, double min_val) {
   return op.call(x, min_val);
 }
 
+at::Tensor scalar_signed_clamp_min_ste(const at::Tensor& x, double min_val) {
+  static auto op = op_handle<decltype(scalar_signed_clamp_min_ste)>("brevitas_cpp::scalar_signed_clamp_min_ste");
+  return op.call(x, min_val);
+}
+
 namespace detail {
 void check_tensor_clamp_ste_args(const at::Tensor& x, const at::Tensor& min_val, const at::Tensor& max_val) {
   constexpr const char* op = "tensor_clamp_ste";
@@ -37,6 +42,13 @@ void check_tensor_clamp_ste_args(const at::Tensor& x, const at::Tensor& min_val,
     check_broadcasts_to_input(*t, x, op, name);
   }
   check_same_device(x, {{&min_val, "min_val"}, {&max_val, "max_val"}}, op);
+}
+
+void check_scalar_signed_clamp_min_args(const at::Tensor& x, double min_val) {
+  constexpr const char* op = "scalar_signed_clamp_min_ste";
+  // The bound is a magnitude: -min_val is the upper bound of the negative side.
+  TORCH_CHECK(min_val >= 0.0, "brevitas_cpp::", op, ": min_val must be >= 0 (a magnitude), got ", min_val);
+  check_scalar_clamp_args(x, min_val, std::nullopt, op);
 }
 
 void check_scalar_clamp_args(const at::Tensor& x, double min_val, std::optional<double> max_val, const char* op) {
@@ -56,6 +68,7 @@ TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {
   m.def("tensor_clamp_ste(Tensor x, Tensor min_val, Tensor max_val) -> Tensor");
   m.def("scalar_clamp_ste(Tensor x, float min_val, float max_val) -> Tensor");
   m.def("scalar_clamp_min_ste(Tensor x, float min_val) -> Tensor");
+  m.def("scalar_signed_clamp_min_ste(Tensor x, float min_val) -> Tensor");
 }
 
 }  // namespace brevitas_cpp::ops

@@ -42,7 +42,8 @@ class BitWidthConst(jit.ScriptModule):
 
     @jit.script_method
     def forward(self) -> Tensor:
-        return self.bit_width()
+        # StatelessBuffer's forward, inlined: one module call fewer per quantizer call.
+        return self.bit_width.value.detach()
 
 
 class BitWidthStatefulConst(KeyPolicy, jit.ScriptModule):

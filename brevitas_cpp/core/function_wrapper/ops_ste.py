@@ -5,13 +5,13 @@ from torch import Tensor
 
 from brevitas_cpp import jit
 from brevitas_cpp.function.ops_ste import (
-    abs_binary_sign_grad,
     ceil_ste,
     dpu_round_ste,
     floor_ste,
     round_ste,
     round_to_zero_ste,
     scalar_clamp_min_ste,
+    scalar_signed_clamp_min_ste,
     tensor_clamp_ste,
 )
 from brevitas_cpp.function.ops import tensor_clamp_
@@ -100,8 +100,10 @@ class ScalarSignedClampMinSte(jit.ScriptModule):
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        sign = (x >= 0).to(x.dtype) * 2.0 - 1.0
-        return sign * scalar_clamp_min_ste(abs_binary_sign_grad(x), self.min_val)
+        # Brevitas: where(x >= 0, 1, -1) * scalar_clamp_min_ste(abs_binary_sign_grad(x), min_val),
+        # whose gradient is grad * sign * binary_sign(x) = grad. One fused op, same values (the
+        # scale of every float quantizer with scaling_min_val goes through here on each call).
+        return scalar_signed_clamp_min_ste(x, self.min_val)
 
 
 class TensorClampSte(jit.ScriptModule):

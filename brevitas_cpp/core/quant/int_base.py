@@ -16,15 +16,16 @@ from torch.nn import Module
 
 from brevitas_cpp import jit
 from brevitas_cpp.config import JIT_ENABLED
-from brevitas_cpp.core.function_wrapper import RoundSte, TensorClamp
+from brevitas_cpp.core.function_wrapper import Identity, RoundSte, TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
 from brevitas_cpp.core.quant._fusion import clamp_ste_of, int_operands_fit, rounding_mode_of
-from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.core.quant.delay import DelayWrapper, _NoDelay
 from brevitas_cpp.function import int_quant
 from brevitas_cpp.function.ops import max_int, min_int
 
-# Replacing one of these submodules after construction changes whether the fused op applies.
-_FUSION_INPUTS = ("float_to_int_impl", "tensor_clamp_impl")
+# Replacing one of these submodules after construction changes whether the fused op applies,
+# or whether the view and delay blocks are identities that forward may skip.
+_FUSION_INPUTS = ("float_to_int_impl", "tensor_clamp_impl", "input_view_impl", "delay_wrapper")
 
 
 class IntQuant(jit.ScriptModule):
@@ -33,7 +34,8 @@ class IntQuant(jit.ScriptModule):
     forward(scale, zero_point, bit_width, x) -> Tensor. x is first reshaped by input_view_impl;
     for the first quant_delay_steps calls x itself is returned (see DelayWrapper)."""
 
-    __constants__ = ["signed", "narrow_range", "fused", "rounding_mode", "clamp_ste"]
+    __constants__ = ["signed", "narrow_range", "fused", "rounding_mode", "clamp_ste",
+                     "view_is_identity", "never_delays"]
 
     def __init__(
             self,
@@ -66,6 +68,11 @@ class IntQuant(jit.ScriptModule):
         self.fused = mode is not None and clamp_ste is not None
         self.rounding_mode = mode if mode is not None else "round"
         self.clamp_ste = bool(clamp_ste)
+        # The usual quantizer views nothing and never delays: forward then skips those two
+        # module calls (a per-call cost paid by every quantizer on every step). Exact types, as
+        # for fusion: a subclass may do something.
+        self.view_is_identity = type(self.input_view_impl) is Identity
+        self.never_delays = type(self.delay_wrapper.delay_impl) is _NoDelay
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -101,7 +108,7 @@ class IntQuant(jit.ScriptModule):
 
     @jit.script_method
     def forward(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:
-        viewed = self.input_view_impl(x)
+        viewed = x if self.view_is_identity else self.input_view_impl(x)
         if self.fused and int_operands_fit(viewed, scale, zero_point, bit_width):
             y = int_quant(viewed, scale, zero_point, bit_width, self.signed, self.narrow_range,
                           self.rounding_mode, self.clamp_ste)
@@ -109,4 +116,6 @@ class IntQuant(jit.ScriptModule):
             y_int = self._viewed_to_int(scale, zero_point, bit_width, viewed)
             y = y_int - zero_point
             y = y * scale
+        if self.never_delays:
+            return y
         return self.delay_wrapper(x, y)

@@ -7,7 +7,7 @@ from typing import Optional, Union
 from torch import Tensor
 
 from brevitas_cpp import jit
-from brevitas_cpp.function.ops import max_int, min_int
+from brevitas_cpp.function.ops import max_int
 
 __all__ = ["IntScaling", "PowerOfTwoIntScaling"]
 
@@ -42,7 +42,12 @@ class IntScaling(jit.ScriptModule):
         # A tensor flag (from a signed_impl) picks the branch, so it becomes a Python bool.
         flag = bool(is_signed.item()) if isinstance(is_signed, Tensor) else is_signed
         if flag:
-            return -min_int(flag, self.narrow_range, bit_width)
+            # -min_int with fewer negations: -(-(2^(b-1))) is 2^(b-1) exactly, and
+            # -(-(2^(b-1)) + 1) is -(1 - 2^(b-1)) exactly (the sign of a zero included), and so
+            # are their gradients for a learned bit width (negation is exact).
+            if self.narrow_range:
+                return -(1 - 2 ** (bit_width - 1))
+            return 2 ** (bit_width - 1)
         return max_int(flag, self.narrow_range, bit_width)
 
 

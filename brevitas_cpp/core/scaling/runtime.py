@@ -35,7 +35,7 @@ from brevitas_cpp.core._state_dict import KeyPolicy
 from brevitas_cpp.core.function_wrapper import Identity
 from brevitas_cpp.core.restrict_val import FloatRestrictValue, _ClampValue
 from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, _RuntimeStats
-from brevitas_cpp.core.utils import ParameterWrapper, StatelessBuffer
+from brevitas_cpp.core.utils import ParameterWrapper, SkipsIdentities, StatelessBuffer
 
 __all__ = ["RuntimeStatsScaling", "StatsFromParameterScaling", "_AffineRescaling", "_StatsScaling"]
 
@@ -76,10 +76,17 @@ class _AffineRescaling(KeyPolicy, jit.ScriptModule):
         return x * self.affine_weight + self.affine_bias()
 
 
-class _StatsScaling(jit.ScriptModule):
+class _StatsScaling(SkipsIdentities, jit.ScriptModule):
     """Turns a statistic into a scale: clamp to scaling_min_val (so log2 stays finite), move to
     the restrict domain, affine rescaling, restrict (and clamp, abs), divide by the restricted
     threshold."""
+
+    # In the linear domain without affine rescaling these three are identities, not called.
+    IDENTITY_SLOTS = (("restrict_threshold_pre", "threshold_pre_is_identity"),
+                      ("restrict_scaling_pre", "scaling_pre_is_identity"),
+                      ("affine_rescaling", "affine_is_identity"))
+    IDENTITY_TYPES = (Identity,)
+    __constants__ = ["threshold_pre_is_identity", "scaling_pre_is_identity", "affine_is_identity"]
 
     def __init__(
             self,
@@ -110,15 +117,20 @@ class _StatsScaling(jit.ScriptModule):
             scaling_min_val, is_scale_unsigned)
         self.restrict_scaling_pre = restrict_scaling_impl.restrict_init_module()
         self.clamp_scaling = _ClampValue(scaling_min_val)
+        self.refresh_identity_flags()
 
     @jit.script_method
     def forward(self, stats: Tensor, threshold: Optional[Tensor] = None) -> Tensor:
         if threshold is None:
             threshold = torch.ones(1).type_as(stats)
-        threshold = self.restrict_clamp_threshold(self.restrict_threshold_pre(threshold))
+        if not self.threshold_pre_is_identity:
+            threshold = self.restrict_threshold_pre(threshold)
+        threshold = self.restrict_clamp_threshold(threshold)
         stats = self.clamp_scaling(stats)
-        stats = self.restrict_scaling_pre(stats)
-        stats = self.affine_rescaling(stats)
+        if not self.scaling_pre_is_identity:
+            stats = self.restrict_scaling_pre(stats)
+        if not self.affine_is_identity:
+            stats = self.affine_rescaling(stats)
         stats = self.restrict_clamp_scaling(stats)
         return self.restrict_clamp_scale_threshold(stats / threshold)
 

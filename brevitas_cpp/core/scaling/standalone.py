@@ -36,7 +36,7 @@ from brevitas_cpp.core._state_dict import (
     LazyInitValueStateDict,
     WarmupValueStateDict,
 )
-from brevitas_cpp.core.function_wrapper import OverBatchOverTensorView, TensorClamp
+from brevitas_cpp.core.function_wrapper import Identity, OverBatchOverTensorView, TensorClamp
 from brevitas_cpp.core.restrict_val import (
     FloatRestrictValue,
     _AbsValue,
@@ -45,7 +45,12 @@ from brevitas_cpp.core.restrict_val import (
 )
 from brevitas_cpp.core.scaling.runtime import _StatsScaling
 from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, SCALAR_SHAPE, _Stats
-from brevitas_cpp.core.utils import StatelessBuffer, inplace_momentum_update, inplace_tensor_mul
+from brevitas_cpp.core.utils import (
+    SkipsIdentities,
+    StatelessBuffer,
+    inplace_momentum_update,
+    inplace_tensor_mul,
+)
 from brevitas_cpp.distributed import all_reduce_stats
 
 __all__ = [
@@ -234,7 +239,7 @@ class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptM
         return value
 
 
-class ParameterFromRuntimeStatsScaling(WarmupValueStateDict, jit.ScriptModule):
+class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, jit.ScriptModule):
     """A learned scale initialised from statistics of the runtime input.
 
     For the first collect_stats_steps training calls the scale is the batch statistic (clamped,
@@ -244,6 +249,10 @@ class ParameterFromRuntimeStatsScaling(WarmupValueStateDict, jit.ScriptModule):
     (the running average until initialisation); loading it ends the statistics collection."""
 
     RENAMED_KEYS = LEGACY_VALUE_KEYS
+    # Linear-domain threshold: restrict_threshold_pre is an identity, not called per step.
+    IDENTITY_SLOTS = (("restrict_threshold_pre", "threshold_pre_is_identity"),)
+    IDENTITY_TYPES = (Identity,)
+    __constants__ = ["threshold_pre_is_identity"]
 
     def __init__(
             self,
@@ -282,6 +291,7 @@ class ParameterFromRuntimeStatsScaling(WarmupValueStateDict, jit.ScriptModule):
         self.restrict_inplace_preprocess = restrict_scaling_impl.restrict_init_inplace_module()
         self.restrict_scaling_pre = restrict_scaling_impl.restrict_init_module()
         self.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
+        self.refresh_identity_flags()
 
     @jit.script_method
     def init_scale(self) -> None:
@@ -293,7 +303,9 @@ class ParameterFromRuntimeStatsScaling(WarmupValueStateDict, jit.ScriptModule):
 
     @jit.script_method
     def _learned_scale(self, threshold: Tensor) -> Tensor:
-        threshold = self.restrict_threshold(self.restrict_threshold_pre(threshold))
+        if not self.threshold_pre_is_identity:
+            threshold = self.restrict_threshold_pre(threshold)
+        threshold = self.restrict_threshold(threshold)
         value = self.clamp_scaling(self.restrict_scaling(self.value))
         return self.restrict_scale_threshold(value / threshold)
 

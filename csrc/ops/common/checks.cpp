@@ -85,13 +85,33 @@ void check_finite(const at::Tensor& t, const char* op, const char* arg) {
               index, " (of shape ", t.sizes(), ")");
 }
 
+namespace {
+// The one value of a CPU tensor, read from its memory: exact for every real dtype (a double
+// holds all of them that a bit width can be), and without the two dispatcher calls of .item(),
+// which every quantizer call would otherwise pay in forward and again in backward.
+double cpu_single_value(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return static_cast<double>(*t.const_data_ptr<float>());
+    case at::kDouble: return *t.const_data_ptr<double>();
+    case at::kHalf: return static_cast<double>(static_cast<float>(*t.const_data_ptr<c10::Half>()));
+    case at::kBFloat16: return static_cast<double>(static_cast<float>(*t.const_data_ptr<c10::BFloat16>()));
+    case at::kLong: return static_cast<double>(*t.const_data_ptr<int64_t>());
+    case at::kInt: return static_cast<double>(*t.const_data_ptr<int32_t>());
+    case at::kShort: return static_cast<double>(*t.const_data_ptr<int16_t>());
+    case at::kChar: return static_cast<double>(*t.const_data_ptr<int8_t>());
+    case at::kByte: return static_cast<double>(*t.const_data_ptr<uint8_t>());
+    default: return t.item<double>();  // other dtypes: rare, take the general path
+  }
+}
+}  // namespace
+
 int64_t check_bit_width(const at::Tensor& bit_width, const char* op) {
   check_single_value(bit_width, op, "bit_width");
   TORCH_CHECK(!bit_width.is_complex() && bit_width.scalar_type() != at::kBool, "brevitas_cpp::", op,
               ": bit_width must be a real (integer or floating) tensor, got dtype ", bit_width.scalar_type());
   TORCH_CHECK(bit_width.device().is_cpu(), "brevitas_cpp::", op,
               ": bit_width on ", bit_width.device(), " has no value check on this build");
-  const double b = bit_width.item<double>();  // CPU tensor: no device synchronisation.
+  const double b = cpu_single_value(bit_width);
   TORCH_CHECK(std::isfinite(b) && b == std::floor(b) && b >= 1.0 && b <= 32.0, "brevitas_cpp::", op,
               ": bit_width must be an integer in [1, 32], got ", b);
   return static_cast<int64_t>(b);

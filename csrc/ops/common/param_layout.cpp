@@ -13,6 +13,30 @@ namespace {
 constexpr int64_t kMinRunLength = 16;
 // Largest span of gathered parameters (per parameter) that folding may create.
 constexpr int64_t kMaxFoldedSpan = int64_t(1) << 20;
+
+// The stride of `p` along dimension d of a dense tensor of `ndim` dims it broadcasts to
+// (right-aligned), as p.expand(...) would give it: 0 where p has size 1 or no such dim.
+int64_t broadcast_stride(const at::Tensor& p, int64_t d, int64_t ndim, int64_t size) {
+  const int64_t pd = d - (ndim - p.dim());
+  return (pd >= 0 && p.size(pd) == size && size != 1) ? p.stride(pd) : 0;
+}
+
+// Whether strides st over sizes walk K consecutive elements (row-major, innermost last).
+bool is_contiguous_span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& st) {
+  int64_t expected = 1;
+  for (size_t j = sizes.size(); j-- > 0;) {
+    if (st[j] != expected) return false;
+    expected *= sizes[j];
+  }
+  return true;
+}
+
+// acc[0, K) into out's contiguous storage, rounded once from double to T.
+template <typename T>
+void store_rounded(const double* acc, int64_t K, at::Tensor& out) {
+  T* po = out.mutable_data_ptr<T>();
+  for (int64_t k = 0; k < K; ++k) po[k] = static_cast<T>(acc[k]);
+}
 }  // namespace
 
 at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype) {
@@ -41,10 +65,6 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
     if (sizes[d] > 1) order.push_back(d);
   }
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-
-  std::vector<at::Tensor> expanded;
-  expanded.reserve(params.size());
-  for (const auto& p : params) expanded.push_back(p.expand(sizes));
 
   // A parameter varies along dim d when its own (right-aligned) size there is x's. Sizes,
   // not strides: an expanded parameter has stride 0 yet its gradient keeps that dim.
@@ -87,16 +107,44 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
     }
   }
 
-  for (const auto& e : expanded) {
+  L.params.reserve(params.size());
+  for (const auto& p : params) {
+    // p's strides over the span, as p.expand(sizes) would have them (0 where p broadcasts).
     std::vector<int64_t> st;
-    for (int64_t d : L.span_dims) st.push_back(e.stride(d));
-    L.params.push_back(
-        e.as_strided(L.span_sizes, st, e.storage_offset()).to(dtype).contiguous().reshape({L.K}));
+    st.reserve(L.span_dims.size());
+    for (int64_t d : L.span_dims) st.push_back(broadcast_stride(p, d, L.ndim, sizes[d]));
+    // When p already holds its K values contiguously in x's dtype (always so per tensor, and
+    // for a per-channel parameter of x's shape), params gets a K-long alias of p's memory,
+    // made without a dispatcher call (it keeps p's storage alive); otherwise a K-long copy.
+    if (p.scalar_type() == dtype && is_contiguous_span(L.span_sizes, st)) {
+      L.params.push_back(at::from_blob(const_cast<void*>(p.const_data_ptr()), {L.K},
+                                       [keep_alive = p](void*) {}, p.options()));
+    } else {
+      L.params.push_back(
+          p.as_strided(L.span_sizes, st, p.storage_offset()).to(dtype).contiguous().reshape({L.K}));
+    }
   }
   return L;
 }
 
 at::Tensor ParamLayout::fold_to(const double* acc_k, const at::Tensor& param) const {
+  // Common case: the parameter has exactly the K entries, in the order of its own contiguous
+  // layout (span dims already in dimension order: per tensor, per output channel). The
+  // result is then acc rounded to the parameter's dtype, written straight into it: one
+  // allocation instead of a double tensor folded by view ops and a dtype copy. float and
+  // double round double -> T exactly as the copy kernel does; float16/bfloat16 keep the
+  // general path below.
+  const auto type = param.scalar_type();
+  if (param.numel() == K && std::is_sorted(span_dims.begin(), span_dims.end()) &&
+      (type == at::kFloat || type == at::kDouble)) {
+    at::Tensor out = at::empty(param.sizes(), at::TensorOptions().dtype(type).device(param.device()));
+    if (type == at::kFloat) {
+      store_rounded<float>(acc_k, K, out);
+    } else {
+      store_rounded<double>(acc_k, K, out);
+    }
+    return out;
+  }
   // acc_k's K entries are laid out over span_dims in memory order: view them that way,
   // move the dims back to their original order, and insert size-1 dims elsewhere.
   std::vector<int64_t> perm(span_dims.size());

@@ -19,7 +19,9 @@ struct ParamLayout {
   int64_t outer = 1;
   int64_t K = 1;
   int64_t inner = 1;
-  // K-long contiguous copies of each parameter, in the order given, cast to `dtype`.
+  // Each parameter's K values, contiguous, in the order given and in `dtype`: an alias of the
+  // parameter's own memory when it already holds them that way (per tensor, per channel of a
+  // dense x), else a copy. Kernels read them through const_data_ptr only.
   std::vector<at::Tensor> params;
 
   // Folds K accumulated doubles (a gradient laid out like params) back to `param`'s shape

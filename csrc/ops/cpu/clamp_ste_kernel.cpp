@@ -61,4 +61,20 @@ at::Tensor scalar_clamp_min_ste_cpu(const at::Tensor& x, double min_val) {
   return clamp_kernel(x, min_val, std::nullopt, "scalar_clamp_min_ste");
 }
 
+at::Tensor scalar_signed_clamp_min_ste_cpu(const at::Tensor& x, double min_val) {
+  ops::detail::check_scalar_signed_clamp_min_args(x, min_val);
+  return unary_kernel(x, "scalar_signed_clamp_min_ste", [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    // The bound in x's dtype, as torch.clamp_min converts it; -lo is exact.
+    const Vec<T> lo(static_cast<T>(min_val));
+    const Vec<T> neg_lo = lo.neg();
+    const Vec<T> positive = v >= Vec<T>(T(0));  // -0.0 counts as positive; NaN does not
+    // The composition clamps |x|: -0.0 gives +0.0 (or lo), as sign (+1) * clamp_min(+0.0, lo).
+    const Vec<T> a = v.abs();
+    const Vec<T> up = Vec<T>::blendv(a, lo, a < lo);             // max(|x|, lo) for x >= 0
+    const Vec<T> down = Vec<T>::blendv(v, neg_lo, v > neg_lo);   // min(x, -lo); NaN stays
+    return Vec<T>::blendv(down, up, positive);
+  });
+}
+
 }  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

@@ -23,6 +23,7 @@
   at::Tensor tensor_clamp_ste_cpu(const at::Tensor& x, const at::Tensor& min_val, const at::Tensor& max_val); \
   at::Tensor scalar_clamp_ste_cpu(const at::Tensor& x, double min_val, double max_val);                       \
   at::Tensor scalar_clamp_min_ste_cpu(const at::Tensor& x, double min_val);                                   \
+  at::Tensor scalar_signed_clamp_min_ste_cpu(const at::Tensor& x, double min_val);                            \
   at::Tensor int_quant_cpu(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,        \
                            const at::Tensor& bit_width, bool is_signed, bool narrow_range,                    \
                            c10::string_view rounding_mode, bool clamp_ste);                                   \

@@ -91,6 +91,7 @@ TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
   BREVITAS_CPP_IMPL(m, "tensor_clamp_ste", tensor_clamp_ste_cpu);
   BREVITAS_CPP_IMPL(m, "scalar_clamp_ste", scalar_clamp_ste_cpu);
   BREVITAS_CPP_IMPL(m, "scalar_clamp_min_ste", scalar_clamp_min_ste_cpu);
+  BREVITAS_CPP_IMPL(m, "scalar_signed_clamp_min_ste", scalar_signed_clamp_min_ste_cpu);
   BREVITAS_CPP_IMPL(m, "int_quant", int_quant_cpu);
   BREVITAS_CPP_IMPL(m, "_int_quant_with_mask", int_quant_with_mask_cpu);
   BREVITAS_CPP_IMPL(m, "_int_quant_backward", int_quant_backward_cpu);

@@ -16,6 +16,7 @@ from torch.nn import Module
 
 from brevitas_cpp.nn.quant_layer import ActQuantType
 from brevitas_cpp.nn.quant_layer import QuantInputOutputLayer
+from brevitas_cpp.nn.quant_layer import _takes_tuple_path, _tuple_forward_ok
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import Int8ActPerTensorFloat
 from brevitas_cpp.quant_tensor import IntQuantTensor
@@ -50,13 +51,21 @@ def _check_same_scale(layer: Module, first: Union[Tensor, QuantTensor],
     tolerance as IntQuantTensor's check, which would fail next with a less specific message)."""
     if not (isinstance(first, IntQuantTensor) and isinstance(other, IntQuantTensor)):
         return
-    if first.training:
+    _check_same_scale_values(layer, first.training, first.scale, other.scale, first_name,
+                             other_name)
+
+
+def _check_same_scale_values(layer: Module, training: bool, scale: Optional[Tensor],
+                             other_scale: Optional[Tensor], first_name: str,
+                             other_name: str) -> None:
+    """_check_same_scale on the scales of (value, scale, ...) operands (None: not quantized)."""
+    if training or scale is None or other_scale is None:
         return
-    if not torch.allclose(first.scale, other.scale):
+    if not torch.allclose(scale, other_scale):
         raise RuntimeError(
             f"{type(layer).__name__}: in eval mode the quantized operands must have the same "
-            f"scale, got {first_name} scale {first.scale.detach().cpu().tolist()} and "
-            f"{other_name} scale {other.scale.detach().cpu().tolist()}; quantize both with the "
+            f"scale, got {first_name} scale {scale.detach().cpu().tolist()} and "
+            f"{other_name} scale {other_scale.detach().cpu().tolist()}; quantize both with the "
             f"layer's input_quant (or a shared quantizer) so they share a scale")
 
 
@@ -92,10 +101,11 @@ class QuantEltwiseAdd(QuantInputOutputLayer, Module):
                 "scripted quant layers take Tensors, not QuantTensors")
             assert isinstance(other, Tensor), (
                 "scripted quant layers take Tensors, not QuantTensors")
-            quant_input, input_scale, _, _ = self.input_quant(input)
-            quant_other, other_scale, _, _ = self.input_quant(other)
-            _script_check_same_scale(self.input_quant.training, input_scale, other_scale)
-            return self.output_quant(quant_input + quant_other)[0]
+            return self._tuple_forward(input, other)
+        if (_takes_tuple_path(self, input) and isinstance(other, Tensor)
+                and _tuple_forward_ok(self.input_quant) and _tuple_forward_ok(self.output_quant)):
+            # Nothing needs the sum's QuantTensor metadata (its scale and bit width).
+            return self._tuple_forward(input, other)
         input = self.unpack_input(input)
         other = self.unpack_input(other)
         quant_input = self.input_quant(input)
@@ -104,6 +114,18 @@ class QuantEltwiseAdd(QuantInputOutputLayer, Module):
         output = quant_input + quant_other
         quant_output = self.output_quant(output)
         return self.pack_output(quant_output)
+
+    def _tuple_forward(self, input: Tensor, other: Tensor) -> Tensor:
+        """forward on values (the QuantTensor sum adds the same values), for TorchScript and
+        for eager calls that need no QuantTensor."""
+        quant_input, input_scale, _, _ = self.input_quant._script_forward(input)
+        quant_other, other_scale, _, _ = self.input_quant._script_forward(other)
+        if torch.jit.is_scripting():
+            _script_check_same_scale(self.input_quant.training, input_scale, other_scale)
+        else:
+            _check_same_scale_values(self, self.input_quant.training, input_scale, other_scale,
+                                     "input", "other")
+        return self.output_quant._script_forward(quant_input + quant_other)[0]
 
 
 class QuantCat(QuantInputOutputLayer, Module):

@@ -101,6 +101,13 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
             return self._script_forward_impl(inp)
         return self.forward_impl(inp)
 
+    def _takes_tuple_path(self, inp: Union[Tensor, QuantTensor]) -> bool:
+        # With a quantized bias, the QuantTensor sum x * weight + bias checks in eval that the
+        # bias is on the product's grid (an error otherwise, as in Brevitas): keep that path.
+        if self.bias is not None and self.bias_quant.is_quant_enabled:
+            return False
+        return super()._takes_tuple_path(inp)
+
     def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
                                    quant_bias: Optional[Tensor],
                                    output_size: Optional[List[int]]) -> Tensor:

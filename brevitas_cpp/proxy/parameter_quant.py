@@ -152,6 +152,15 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
         value, scale, zero_point, bit_width = self.tensor_quant(x)
         return value, scale, zero_point, bit_width
 
+    def _tuple_forward_ok(self) -> bool:
+        # forward returns _script_forward's value, unless a subclass changed forward, the
+        # quantizer needs the quantized input, or forward would cache the output (eval with
+        # cache_inference_quant_weight).
+        return (type(self).forward is WeightQuantProxyFromInjectorBase.forward
+                and not self.requires_quant_input
+                and (self.training or not self._cache_inference_quant_weight)
+                and self._plain_call_ok())
+
     def forward(self, x: torch.Tensor):
         if torch.jit.is_scripting():
             return self._script_forward(x)
@@ -316,6 +325,17 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
         else:
             value, scale, zero_point, bit_width = self.tensor_quant(x)
         return value, scale, zero_point, bit_width
+
+    def _tuple_forward_ok(self) -> bool:
+        # With its own scale, forward returns _script_forward's value, unless a subclass changed
+        # forward or forward would cache the output (eval with cache_inference_quant_bias). The
+        # accumulator scale (requires_input_scale) is left to forward, whose checks and errors
+        # (unquantized input, scales that do not broadcast, a cached scale) need the layer's
+        # QuantTensors.
+        return (type(self).forward is BiasQuantProxyFromInjector.forward
+                and not (self.requires_input_scale and self.is_quant_enabled)
+                and (self.training or not self.cache_inference_quant_bias)
+                and self._plain_call_ok())
 
     def forward(self, x: Tensor, input: Optional[Union[Tensor, IntQuantTensor]] = None,
                 weight: Optional[Union[Tensor, IntQuantTensor]] = None):

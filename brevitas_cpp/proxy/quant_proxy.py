@@ -232,6 +232,18 @@ class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
         self.update_tracked_modules()
         self.init_tensor_quant()
 
+    def _tuple_forward_ok(self) -> bool:
+        """Whether a layer may call ``_script_forward`` eagerly instead of ``forward``: the same
+        values, without building a QuantTensor the layer would discard. Only the activation,
+        weight and bias proxies have a ``_script_forward``; they say when it is exact."""
+        return False
+
+    def _plain_call_ok(self) -> bool:
+        """What every proxy's _tuple_forward_ok needs: calling a method directly skips the hooks
+        ``__call__`` would run, and export mode runs an export handler instead of tensor_quant."""
+        return not (self._export_mode or self._forward_hooks or self._forward_pre_hooks
+                    or self._backward_hooks or self._backward_pre_hooks)
+
     def apply_input_view(self, x: torch.Tensor) -> torch.Tensor:
         return self.input_view_impl(x)
 

@@ -164,6 +164,13 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         value, scale, zero_point, bit_width = self.fused_activation_quant_proxy(x)
         return value, scale, zero_point, bit_width
 
+    def _tuple_forward_ok(self) -> bool:
+        # forward on a plain Tensor returns _script_forward's value, unless a subclass changed
+        # forward or forward would cache the output (eval with cache_inference_quant_act).
+        return (type(self).forward is ActQuantProxyFromInjectorBase.forward
+                and (self.training or not self.cache_inference_quant_act)
+                and self._plain_call_ok())
+
     def forward(self, x: Union[Tensor, IntQuantTensor]):
         if torch.jit.is_scripting():
             assert isinstance(x, Tensor), (

@@ -108,6 +108,20 @@ def test_opcheck_with_a_single_rank_group(single_rank_group, layout, requires_gr
     torch.library.opcheck(OPS.stats_all_reduce_mean, (_inputs(layout, requires_grad),))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_gradcheck_single_process(layout):
+    # One process: the mean over one rank is x, so the gradient is the identity.
+    x = _inputs(layout, requires_grad=True)
+    assert torch.autograd.gradcheck(OPS.stats_all_reduce_mean, (x,))
+
+
+@needs_gloo
+def test_gradcheck_with_a_single_rank_group(single_rank_group):
+    x = _inputs("transposed", requires_grad=True)
+    name = single_rank_group.group_name
+    assert torch.autograd.gradcheck(lambda x_: OPS._all_reduce_mean(x_, name), (x,))
+
+
 @needs_gloo
 def test_default_group_is_named_0_after_reinitialisation():
     """The op's auto mode resolves torch's name for the default group, "0"

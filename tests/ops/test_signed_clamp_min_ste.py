@@ -114,3 +114,13 @@ def test_scripts():
 
     x = values(torch.float32, seed=3)
     assert_same(torch.jit.script(f)(x), ref_signed_clamp_min(x, 0.25))
+
+
+def test_gradcheck_where_the_clamp_is_inactive():
+    # For |x| > min_val the op is x itself, so the straight-through gradient is the true one.
+    x = torch.randn(8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    x = torch.where(x.abs() > 0.3, x, torch.where(x < 0, -0.75, 0.75))
+    assert torch.autograd.gradcheck(lambda x_: OPS.scalar_signed_clamp_min_ste(x_, 0.25),
+                                    (x.requires_grad_(),))
+    assert torch.autograd.gradcheck(lambda x_: BF.scalar_signed_clamp_min_ste(x_, 0.25),
+                                    (x.detach().t().requires_grad_(),))

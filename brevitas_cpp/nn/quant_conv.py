@@ -35,6 +35,19 @@ def _same_padded_strided(padding, padding_mode: str, stride) -> Tuple[object, bo
     return padding, False
 
 
+def _same_pad_amounts(spatial: List[int], kernel: List[int], stride: List[int],
+                      dilation: List[int]) -> List[int]:
+    """F.pad amounts (last dim first) giving ceil(size / stride) outputs per spatial dim, the odd
+    element of padding at the end. Plain TorchScript, for the eager and the scripted forward."""
+    pads: List[int] = []
+    for j in range(len(stride)):
+        i = len(stride) - 1 - j
+        out = (spatial[i] + stride[i] - 1) // stride[i]  # ceil(size / stride)
+        total = max((out - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 - spatial[i], 0)
+        pads += [total // 2, total - total // 2]
+    return pads
+
+
 class _QuantConvNd(object):
     """What QuantConv1d/2d/3d share; each also derives from QuantWBIOL and its torch conv."""
 
@@ -71,14 +84,9 @@ class _QuantConvNd(object):
 
     def _same_zeros_pad(self, x: Union[Tensor, QuantTensor], weight_shape) -> List[int]:
         """F.pad amounts (last dim first) for 'same' output size with this stride."""
-        spatial = _unpack_quant_tensor(x).shape[-len(self.kernel_size):]
-        kernel = weight_shape[-len(self.kernel_size):]
-        pads: List[int] = []
-        for i, k, s, d in reversed(list(zip(spatial, kernel, self.stride, self.dilation))):
-            o = math.ceil(i / s)
-            total = max((o - 1) * s + (k - 1) * d + 1 - i, 0)
-            pads += [total // 2, total - total // 2]
-        return pads
+        n = len(self.kernel_size)
+        return _same_pad_amounts(list(_unpack_quant_tensor(x).shape[-n:]),
+                                 list(weight_shape[-n:]), list(self.stride), list(self.dilation))
 
     def __prepare_scriptable__(self) -> "_QuantConvNd":
         # Lists for the TorchScript path, which indexes them with a loop variable (a tuple
@@ -87,26 +95,13 @@ class _QuantConvNd(object):
         self._script_dilation = list(self.dilation)
         return super().__prepare_scriptable__()
 
-    def _script_same_zeros_pad(self, x: Tensor, weight: Tensor) -> List[int]:
-        """_same_zeros_pad on Tensors, in TorchScript."""
-        n = len(self._script_stride)
-        pads: List[int] = []
-        for j in range(n):
-            i = n - 1 - j
-            size = x.size(x.dim() - n + i)
-            kernel = weight.size(weight.dim() - n + i)
-            stride = self._script_stride[i]
-            out = (size + stride - 1) // stride  # ceil(size / stride)
-            total = max((out - 1) * stride + (kernel - 1) * self._script_dilation[i] + 1 - size,
-                        0)
-            pads += [total // 2, total - total // 2]
-        return pads
-
     def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
                                    quant_bias: Optional[Tensor],
                                    output_size: Optional[List[int]]) -> Tensor:
         if self.is_same_padded_strided:
-            pads = self._script_same_zeros_pad(x, quant_weight)
+            n = len(self._script_stride)
+            pads = _same_pad_amounts(x.shape[-n:], quant_weight.shape[-n:], self._script_stride,
+                                     self._script_dilation)
             if any([p > 0 for p in pads]):
                 x = F.pad(x, pads)
         # A strided 'same' conv is built with padding 0: _conv_forward then convolves the

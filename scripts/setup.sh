@@ -17,6 +17,8 @@ fi
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -r requirements-dev.txt
 # --no-build-isolation: build against the torch installed above (never a fresh download).
-python3 -m pip install -q --no-build-isolation .
+# The C++ tests are on here (the test command runs them); a plain `pip install .` leaves them off.
+python3 -m pip install -q --no-build-isolation \
+    --config-settings=cmake.define.BREVITAS_CPP_BUILD_TESTS=ON .
 # -P: import the installed package, not the source tree of the current directory.
 python3 -P -c "import brevitas_cpp; print('brevitas_cpp installed:', brevitas_cpp.build_info())"

@@ -142,3 +142,20 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     return a.dtype == b.dtype and torch.equal(a.reshape(-1).view(as_int[a.element_size()]),
                                               b.reshape(-1).view(as_int[b.element_size()]))
+
+
+# Symbols every shared object defines (the linker's markers, the init/fini hooks).
+_LINKER_SYMBOLS = {"_edata", "_end", "__bss_start", "_init", "_fini"}
+
+
+@pytest.mark.skipif(not OPS_LIB.exists(), reason="op library not beside _C")
+def test_op_library_exports_only_its_own_api():
+    """csrc/exports.map: no instantiation of a libstdc++, c10 or ATen template or inline function
+    leaves the library, so none can stand in for the real one in another library, whatever the
+    load order (the class of bug behind a SIGSEGV seen under torch 2.11 with g++ 13)."""
+    out = subprocess.run(["nm", "-D", "-C", "--defined-only", str(OPS_LIB)], capture_output=True,
+                         text=True, check=True).stdout
+    names = [line.split(" ", 2)[2] for line in out.splitlines() if line.count(" ") >= 2]
+    foreign = [n for n in names if not n.startswith("brevitas_cpp::") and n not in _LINKER_SYMBOLS]
+    assert not foreign, foreign[:20]
+    assert any(n.startswith("brevitas_cpp::ops::int_quant(") for n in names)

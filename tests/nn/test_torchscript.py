@@ -14,7 +14,6 @@ Per-layer scripting (every layer that takes and returns Tensors) is in test_scri
 """
 
 import io
-import os
 import warnings
 from pathlib import Path
 from typing import Dict, Tuple
@@ -24,13 +23,10 @@ import torch
 from torch import Tensor, nn
 
 import brevitas_cpp.nn as qnn
-from brevitas_cpp import config
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Int32Bias
 
 # Few warm-up steps: the runtime-statistics scales switch to their learned parameter quickly.
 WARMUP_STEPS = 2
-FIXTURE_ENV = "BREVITAS_CPP_JIT_FIXTURE"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class SmallQuantCNN(nn.Module):
@@ -226,25 +222,12 @@ def test_saved_scripted_model_trains_from_scratch_like_the_eager_one():
     _assert_trains_alike(_fresh_model(), loaded, WARMUP_STEPS + 3)
 
 
-def _fixture_dir() -> Path:
-    path = os.environ.get(FIXTURE_ENV)
-    if path:
-        return Path(path)
-    return REPO_ROOT / "build" / "skbuild" / "jit_fixture"
-
-
-def test_write_fixture_for_the_cpp_loader():
-    """Saves what tests/cpp/jit/test_load_scripted_model.cpp checks: model.pt (the scripted
-    SmallQuantCNN, fresh, in train mode: its first forward is a statistics warm-up step) and
-    expected.pt (a scripted module whose attributes are the input, the expected output, the input
-    gradient and each parameter's gradient, '.' in names replaced by '_')."""
-    if config.JIT_ENABLED:
-        pytest.skip("the C++ fixture is written by the BREVITAS_JIT=0 run (plain-module blocks "
-                    "scripted with the model); this run would overwrite it")
-    directory = _fixture_dir()
-    if not os.environ.get(FIXTURE_ENV) and not directory.parent.is_dir():
-        pytest.skip(f"no CMake build directory at {directory.parent} (set {FIXTURE_ENV} to "
-                    f"write the C++ fixture elsewhere)")
+def write_cpp_fixture(directory: Path) -> None:
+    """Saves what tests/cpp/jit/test_load_scripted_model.cpp checks (ctest runs this through
+    tests/cpp/jit/make_fixture.py): model.pt (the scripted SmallQuantCNN, fresh, in train mode:
+    its first forward is a statistics warm-up step) and expected.pt (a scripted module whose
+    attributes are the input, the expected output, the input gradient and each parameter's
+    gradient, '.' in names replaced by '_')."""
     # Serialised in memory first: a failed torch.jit.save would leave a truncated file behind.
     model_bytes, expected_bytes = io.BytesIO(), io.BytesIO()
     torch.jit.save(torch.jit.script(_fresh_model(training=True)), model_bytes)
@@ -270,3 +253,8 @@ def test_write_fixture_for_the_cpp_loader():
     _assert_same(_forward_backward(loaded, stored.input),
                  (stored.output, stored.input_grad,
                   {name: getattr(stored, "grad_" + name.replace(".", "_")) for name in grads}))
+
+
+def test_cpp_fixture_is_written_and_loads_back(tmp_path):
+    write_cpp_fixture(tmp_path / "jit_fixture")
+    assert sorted(p.name for p in (tmp_path / "jit_fixture").iterdir()) == ["expected.pt", "model.pt"]

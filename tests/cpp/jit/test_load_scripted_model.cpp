@@ -2,9 +2,9 @@
 // brevitas_cpp ops through the static registrations of libbrevitas_cpp_ops.so (linked into this
 // binary), and forward and backward give the values Python recorded.
 //
-// The fixture is written by tests/nn/test_torchscript.py (pytest runs before ctest in
-// scripts/test.sh): model.pt, the SmallQuantCNN compiled by torch.jit.script, fresh and in train
-// mode (so its first forward is a step of the activation quantizers' statistics warm-up, run by
+// The fixture is written by tests/cpp/jit/make_fixture.py, which ctest runs first (a ctest
+// fixture, see CMakeLists.txt); a missing fixture fails these tests. It holds model.pt, the
+// SmallQuantCNN compiled by torch.jit.script, fresh and in train mode (so its first forward is a step of the activation quantizers' statistics warm-up, run by
 // the compiled control flow), and expected.pt, a module whose attributes are the input, the
 // output, the gradient of sum(output * linspace(-1, 1)) with respect to the input, and each
 // parameter's gradient ("grad_" + name with '.' -> '_').
@@ -42,10 +42,12 @@ class LoadScriptedModel : public ::testing::Test {
   void SetUp() override {
     const std::string dir = fixture_dir();
     const std::string model_path = dir + "/model.pt", expected_path = dir + "/expected.pt";
+    // No fixture is a failure, never a skip: ctest writes it first (the make_jit_fixture test).
     if (!is_file(model_path) || !is_file(expected_path)) {
-      GTEST_SKIP() << "no TorchScript fixture in " << dir << ": it is written by "
-                   << "`python -m pytest tests/nn/test_torchscript.py` (with BREVITAS_JIT unset); "
-                   << "set BREVITAS_CPP_JIT_FIXTURE to read it from another directory";
+      GTEST_FAIL() << "no TorchScript fixture in " << dir << ": ctest writes it with the "
+                   << "make_jit_fixture test (tests/cpp/jit/make_fixture.py, which needs the "
+                   << "installed brevitas_cpp); set BREVITAS_CPP_JIT_FIXTURE to read it from "
+                   << "another directory";
     }
     model_ = torch::jit::load(model_path);
     expected_ = torch::jit::load(expected_path);

@@ -1,7 +1,9 @@
 """Record training runs of small Brevitas 0.12 models as golden numbers for test_golden_models.py.
 
-Run by hand, from anywhere, with the interpreter that has Brevitas installed and BREVITAS_JIT unset:
+Run by hand, from anywhere, in the environment scripts/make_brevitas_env.sh builds (Brevitas
+0.12.1 beside torch 2.13), with BREVITAS_JIT unset:
 
+    bash scripts/make_brevitas_env.sh /tmp/brevenv
     /tmp/brevenv/bin/python tests/nn/golden/generate.py
 
 It writes brevitas_0_12_models.pt next to this file. Besides tests/quant/golden/generate.py this is

@@ -1,7 +1,9 @@
 """Record Brevitas 0.12's quantizer outputs as golden numbers for test_golden.py.
 
-Run by hand, from anywhere, with the interpreter that has Brevitas installed:
+Run by hand, from anywhere, in the environment scripts/make_brevitas_env.sh builds (Brevitas
+0.12.1 beside torch 2.13), with BREVITAS_JIT unset:
 
+    bash scripts/make_brevitas_env.sh /tmp/brevenv
     /tmp/brevenv/bin/python tests/quant/golden/generate.py
 
 It writes brevitas_0_12.pt next to this file. This is the only file of the project that imports

@@ -7,11 +7,11 @@
 # torch_cpu and torch (as torch.utils.cpp_extension.CppExtension links), and the C++ ABI flag.
 #
 # Defines the imported target brevitas_cpp::torch and BREVITAS_CPP_TORCH_VERSION,
-# BREVITAS_CPP_TORCH_LIB_DIR, BREVITAS_CPP_TORCH_HAS_CUDA.
+# BREVITAS_CPP_TORCH_LIB_DIR, BREVITAS_CPP_TORCH_HAS_CUDA, BREVITAS_CPP_CXX_STANDARD.
 find_package(Python COMPONENTS Interpreter REQUIRED)
 execute_process(
   COMMAND "${Python_EXECUTABLE}" -c
-    "import os, torch; print(';'.join([torch.__version__, str(int(torch._C._GLIBCXX_USE_CXX11_ABI)), os.path.dirname(torch.__file__), str(int(torch.version.cuda is not None))]))"
+    "import os, torch; v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2]); print(';'.join([torch.__version__, str(int(torch._C._GLIBCXX_USE_CXX11_ABI)), os.path.dirname(torch.__file__), str(int(torch.version.cuda is not None)), '20' if v >= (2, 13) else '17']))"
   OUTPUT_VARIABLE _brevitas_torch_facts OUTPUT_STRIP_TRAILING_WHITESPACE
   RESULT_VARIABLE _brevitas_torch_rc)
 if(NOT _brevitas_torch_rc EQUAL 0)
@@ -22,6 +22,9 @@ list(GET _brevitas_torch_facts 0 BREVITAS_CPP_TORCH_VERSION)
 list(GET _brevitas_torch_facts 1 _brevitas_torch_cxx11_abi)
 list(GET _brevitas_torch_facts 2 _brevitas_torch_root)
 list(GET _brevitas_torch_facts 3 BREVITAS_CPP_TORCH_HAS_CUDA)
+# The C++ standard torch compiles its own extensions with (torch.utils.cpp_extension): C++20 from
+# torch 2.13 on (2.14's headers need it: `requires` clauses), C++17 before.
+list(GET _brevitas_torch_facts 4 BREVITAS_CPP_CXX_STANDARD)
 string(REGEX REPLACE "\\+.*$" "" BREVITAS_CPP_TORCH_VERSION "${BREVITAS_CPP_TORCH_VERSION}")
 set(BREVITAS_CPP_TORCH_LIB_DIR "${_brevitas_torch_root}/lib")
 
@@ -40,4 +43,4 @@ set_target_properties(brevitas_cpp::torch PROPERTIES
   INTERFACE_LINK_LIBRARIES "${_brevitas_torch_libs}"
   INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${_brevitas_torch_cxx11_abi}")
 message(STATUS "brevitas_cpp: torch ${BREVITAS_CPP_TORCH_VERSION} from ${_brevitas_torch_root} "
-               "(CUDA build: ${BREVITAS_CPP_TORCH_HAS_CUDA})")
+               "(CUDA build: ${BREVITAS_CPP_TORCH_HAS_CUDA}, C++${BREVITAS_CPP_CXX_STANDARD})")

@@ -159,3 +159,20 @@ def test_op_library_exports_only_its_own_api():
     foreign = [n for n in names if not n.startswith("brevitas_cpp::") and n not in _LINKER_SYMBOLS]
     assert not foreign, foreign[:20]
     assert any(n.startswith("brevitas_cpp::ops::int_quant(") for n in names)
+
+
+BUILD_NINJA = pathlib.Path(__file__).resolve().parents[1] / "build" / "skbuild" / "build.ninja"
+
+
+@pytest.mark.skipif(not BUILD_NINJA.exists(), reason="no CMake build tree (scripts/setup.sh makes one)")
+def test_portable_objects_are_linked_before_the_isa_kernels():
+    """Inline code instantiated by several objects (e.g. the std::stringbuf of every error
+    message) is linked once, from the first object that has it. The portable objects (schemas,
+    checks, Meta/Autograd kernels) and the DEFAULT kernels come first, so the copy kept never
+    holds AVX2/AVX512 instructions that a CPU without them would fault on."""
+    line = next(line for line in BUILD_NINJA.read_text().splitlines()
+                if line.startswith("build libbrevitas_cpp_ops.so:"))
+    objects = [word for word in line.split() if word.endswith(".o")]
+    kinds = ["isa" if ("kernels_AVX" in o) else "portable" for o in objects]
+    assert "isa" in kinds and "portable" in kinds, objects
+    assert kinds.index("isa") > len(kinds) - 1 - kinds[::-1].index("portable"), objects

@@ -38,6 +38,14 @@ void check_scaled_quant_args(const at::Tensor& x, const at::Tensor& scale, const
   check_broadcasts_to_input(scale, x, op, "scale");
   check_same_device(x, {{&scale, "scale"}}, op);
 }
+
+const at::Tensor& binary_quant_backward_input(const at::Tensor& grad, const std::optional<at::Tensor>& x,
+                                              std::array<bool, 2> output_mask) {
+  const bool has_x = x.has_value() && x->defined();
+  TORCH_CHECK(has_x || !output_mask[1], "brevitas_cpp::_binary_quant_backward: the gradient of scale needs x; "
+              "got x = None");
+  return has_x ? *x : grad;
+}
 }  // namespace detail
 
 TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {

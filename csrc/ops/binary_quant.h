@@ -23,6 +23,11 @@ std::tuple<at::Tensor, at::Tensor> _clamped_binary_quant_backward(const at::Tens
 namespace detail {
 // Checks shared by the CPU and Meta kernels of every op quantizing x with a scale.
 void check_scaled_quant_args(const at::Tensor& x, const at::Tensor& scale, const char* op);
+
+// What _binary_quant_backward computes with: x, or grad standing in for it when only x's
+// gradient (which does not depend on x) is asked; raises when the scale's is asked without x.
+const at::Tensor& binary_quant_backward_input(const at::Tensor& grad, const std::optional<at::Tensor>& x,
+                                              std::array<bool, 2> output_mask);
 }  // namespace detail
 
 }  // namespace brevitas_cpp::ops

@@ -45,10 +45,11 @@ void check_int_quant_args(const at::Tensor& x, const at::Tensor& scale, const at
   parse_rounding_mode(rounding_mode, op);
 }
 
-const at::Tensor& check_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& x,
-                                                const std::optional<at::Tensor>& mask, const at::Tensor& scale,
-                                                const at::Tensor& zero_point, const at::Tensor& bit_width,
-                                                c10::string_view rounding_mode) {
+IntQuantBackwardArgs check_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& x,
+                                                   const std::optional<at::Tensor>& mask, const at::Tensor& scale,
+                                                   const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                                   c10::string_view rounding_mode, bool clamp_ste,
+                                                   std::array<bool, 4> output_mask) {
   constexpr const char* op = "_int_quant_backward";
   const bool has_x = x.has_value() && x->defined();
   const bool has_mask = mask.has_value() && mask->defined();
@@ -64,7 +65,13 @@ const at::Tensor& check_int_quant_backward_args(const at::Tensor& grad, const st
                 " must have the shape of grad ", grad.sym_sizes());
     check_same_device(grad, {{&*mask, "mask"}}, op);
   }
-  return ref;
+  const bool want_params = output_mask[1] || output_mask[2] || (output_mask[3] && !clamp_ste);
+  TORCH_CHECK(has_x || !want_params, "brevitas_cpp::", op,
+              ": gradients of scale, zero_point or bit_width need x; got x = None");
+  TORCH_CHECK(has_x || has_mask || clamp_ste, "brevitas_cpp::", op,
+              ": without clamp_ste the gradient of x needs x or mask; got neither");
+  check_bit_width_dtype(bit_width, op);
+  return {ref, has_x, has_mask, want_params, parse_rounding_mode(rounding_mode, op)};
 }
 }  // namespace detail
 

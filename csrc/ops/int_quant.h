@@ -1,5 +1,7 @@
 #pragma once
 
+#include "ops/common/rounding.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
@@ -37,11 +39,21 @@ namespace detail {
 // Shape, dtype and device checks shared by the CPU and Meta kernels.
 void check_int_quant_args(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                           const at::Tensor& bit_width, c10::string_view rounding_mode, const char* op);
-// Checks of _int_quant_backward's arguments; returns the tensor giving dx's layout.
-const at::Tensor& check_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& x,
-                                                const std::optional<at::Tensor>& mask, const at::Tensor& scale,
-                                                const at::Tensor& zero_point, const at::Tensor& bit_width,
-                                                c10::string_view rounding_mode);
+// _int_quant_backward's arguments, checked as every kernel (CPU, CUDA, composite, Meta) needs
+// them: shapes, dtypes, devices, the rounding mode, the bit width's dtype, and that x or mask
+// is there for the gradients output_mask asks for.
+struct IntQuantBackwardArgs {
+  const at::Tensor& ref;  // gives dx's layout: x, else mask, else grad
+  bool has_x;
+  bool has_mask;
+  bool want_params;  // a gradient of scale, zero_point or (without clamp_ste) bit_width
+  RoundingMode mode;
+};
+IntQuantBackwardArgs check_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& x,
+                                                   const std::optional<at::Tensor>& mask, const at::Tensor& scale,
+                                                   const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                                   c10::string_view rounding_mode, bool clamp_ste,
+                                                   std::array<bool, 4> output_mask);
 }  // namespace detail
 
 }  // namespace brevitas_cpp::ops

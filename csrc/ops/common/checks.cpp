@@ -1,5 +1,7 @@
 #include "ops/common/checks.h"
 
+#include "ops/common/rounding.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -105,14 +107,18 @@ double cpu_single_value(const at::Tensor& t) {
 }
 }  // namespace
 
-int64_t check_bit_width(const at::Tensor& bit_width, const char* op) {
+void check_bit_width_dtype(const at::Tensor& bit_width, const char* op) {
   check_single_value(bit_width, op, "bit_width");
   TORCH_CHECK(!bit_width.is_complex() && bit_width.scalar_type() != at::kBool, "brevitas_cpp::", op,
               ": bit_width must be a real (integer or floating) tensor, got dtype ", bit_width.scalar_type());
+}
+
+int64_t check_bit_width(const at::Tensor& bit_width, const char* op) {
+  check_bit_width_dtype(bit_width, op);
   TORCH_CHECK(bit_width.device().is_cpu(), "brevitas_cpp::", op,
               ": bit_width on ", bit_width.device(), " has no value check on this build");
   const double b = cpu_single_value(bit_width);
-  TORCH_CHECK(std::isfinite(b) && b == std::floor(b) && b >= 1.0 && b <= 32.0, "brevitas_cpp::", op,
+  TORCH_CHECK(is_valid_bit_width(b), "brevitas_cpp::", op,
               ": bit_width must be an integer in [1, 32], got ", b);
   return static_cast<int64_t>(b);
 }

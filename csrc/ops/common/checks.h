@@ -31,6 +31,10 @@ void check_single_value(const at::Tensor& t, const char* op, const char* arg);
 void check_positive_finite(const at::Tensor& t, const char* op, const char* arg);
 void check_finite(const at::Tensor& t, const char* op, const char* arg);
 
+// A bit width's metadata: one value of a real (integer or floating) dtype. Its value is
+// checked where it lives: by check_bit_width on the CPU, inside the kernels on a GPU.
+void check_bit_width_dtype(const at::Tensor& bit_width, const char* op);
+
 // Reads a CPU bit width and checks that it is an integer in [1, 32]; returns it.
 int64_t check_bit_width(const at::Tensor& bit_width, const char* op);
 

@@ -53,7 +53,7 @@ at::Tensor with_layout_of(const at::Tensor& t, const at::Tensor& like) {
 }
 
 ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params,
-                              at::ScalarType dtype) {
+                              at::ScalarType dtype, bool fold_short_runs) {
   ParamLayout L;
   L.ndim = dense.dim();
   const auto sizes = dense.sizes();
@@ -97,7 +97,7 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
     // partly empty; folding the trailing dims into the span gives full vectors whose
     // parameters are loaded per lane, at the cost of K * inner gathered parameters.
     const int64_t inner = extent(last + 1, ndims);
-    if (inner > 1 && inner < kMinRunLength && extent(first, last + 1) * inner <= kMaxFoldedSpan) last = ndims - 1;
+    if (fold_short_runs && inner > 1 && inner < kMinRunLength && extent(first, last + 1) * inner <= kMaxFoldedSpan) last = ndims - 1;
     L.outer = extent(0, first);
     L.K = extent(first, last + 1);
     L.inner = extent(last + 1, ndims);
@@ -145,14 +145,21 @@ at::Tensor ParamLayout::fold_to(const double* acc_k, const at::Tensor& param) co
     }
     return out;
   }
+  at::Tensor owned = at::empty({K}, at::TensorOptions().dtype(at::kDouble));
+  std::copy(acc_k, acc_k + K, owned.mutable_data_ptr<double>());
+  return fold_tensor_to(owned, param);
+}
+
+at::Tensor ParamLayout::fold_tensor_to(const at::Tensor& acc_k, const at::Tensor& param) const {
+  if (param.numel() == K && std::is_sorted(span_dims.begin(), span_dims.end())) {
+    return acc_k.to(param.scalar_type()).reshape(param.sizes()).contiguous();
+  }
   // acc_k's K entries are laid out over span_dims in memory order: view them that way,
   // move the dims back to their original order, and insert size-1 dims elsewhere.
   std::vector<int64_t> perm(span_dims.size());
   std::iota(perm.begin(), perm.end(), 0);
   std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return span_dims[a] < span_dims[b]; });
-  at::Tensor owned = at::empty({K}, at::TensorOptions().dtype(at::kDouble));
-  std::copy(acc_k, acc_k + K, owned.mutable_data_ptr<double>());
-  at::Tensor t = owned.reshape(span_sizes).permute(perm);
+  at::Tensor t = acc_k.reshape(span_sizes).permute(perm);
   std::vector<int64_t> full(ndim, 1);
   for (size_t j = 0; j < span_dims.size(); ++j) full[span_dims[j]] = span_sizes[j];
   t = t.reshape(full);

@@ -27,6 +27,8 @@ struct ParamLayout {
   // Folds K accumulated doubles (a gradient laid out like params) back to `param`'s shape
   // and dtype, as a new contiguous tensor.
   at::Tensor fold_to(const double* acc_k, const at::Tensor& param) const;
+  // The same from K doubles held in a tensor on any device (the GPU kernels' accumulators).
+  at::Tensor fold_tensor_to(const at::Tensor& acc_k, const at::Tensor& param) const;
 
   // Original-dimension indices of the K block, in memory order, and their sizes.
   std::vector<int64_t> span_dims;
@@ -35,8 +37,10 @@ struct ParamLayout {
 };
 
 // `dense` must be non-overlapping and dense; params must broadcast to its shape.
+// fold_short_runs: runs of one parameter value shorter than a CPU vector are folded into
+// the span (K grows, inner becomes 1); the GPU kernels keep the runs as they are.
 ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params,
-                              at::ScalarType dtype);
+                              at::ScalarType dtype, bool fold_short_runs = true);
 
 // An empty tensor laid out like x (x's strides when x is dense, else x's suggested memory
 // format): the output layout of every elementwise op, shared by CPU and Meta kernels.

@@ -1,7 +1,8 @@
-// Shared quantization arithmetic: rounding modes and integer ranges.
-// Written once and used by every kernel (scalar and at::vec::Vectorized forms), so
-// each op rounds and clamps exactly the same way.
+// The CPU kernels' vector forms (at::vec::Vectorized) of the shared arithmetic of
+// rounding.h; tests/cpp/ops/common checks them lane by lane against its scalar forms.
 #pragma once
+
+#include "ops/common/rounding.h"
 
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
@@ -12,33 +13,6 @@
 #include <cstdint>
 
 namespace brevitas_cpp {
-
-enum class RoundingMode : int8_t { kRound, kCeil, kFloor, kRoundToZero, kDpu };
-
-// Parses a rounding mode name case-insensitively ("round", "ceil", "floor",
-// "round_to_zero", "dpu"); throws naming `op` and the accepted names otherwise.
-RoundingMode parse_rounding_mode(c10::string_view name, const char* op);
-const char* rounding_mode_name(RoundingMode mode);
-
-// Exact integer range of a quantizer (Brevitas's max_int/min_int), as doubles.
-// Signed: [-2^(b-1), 2^(b-1)-1], narrow: [-2^(b-1)+1, ...]; unsigned: [0, 2^b-1], narrow: [0, 2^b-2].
-inline double max_int_value(int64_t bit_width, bool is_signed, bool narrow_range) {
-  if (is_signed) return std::ldexp(1.0, static_cast<int>(bit_width - 1)) - 1.0;
-  return std::ldexp(1.0, static_cast<int>(bit_width)) - (narrow_range ? 2.0 : 1.0);
-}
-inline double min_int_value(int64_t bit_width, bool is_signed, bool narrow_range) {
-  if (!is_signed) return 0.0;
-  return -std::ldexp(1.0, static_cast<int>(bit_width - 1)) + (narrow_range ? 1.0 : 0.0);
-}
-
-// d max_int / d bit_width and d min_int / d bit_width of the formulas above
-// (2^e · ln 2 for each 2^e term), for the learned-bit-width gradient.
-inline double max_int_slope(double bit_width, bool is_signed) {
-  return std::exp2(is_signed ? bit_width - 1.0 : bit_width) * M_LN2;
-}
-inline double min_int_slope(double bit_width, bool is_signed) {
-  return is_signed ? -std::exp2(bit_width - 1.0) * M_LN2 : 0.0;
-}
 
 namespace vec_math {
 inline namespace CPU_CAPABILITY {
@@ -101,23 +75,5 @@ inline Vec<T> round_as(const Vec<T>& x) {
 
 }  // namespace CPU_CAPABILITY
 }  // namespace vec_math
-
-// Calls f with RoundingMode as a compile-time constant.
-template <typename F>
-inline auto dispatch_rounding_mode(RoundingMode mode, F&& f) {
-  switch (mode) {
-    case RoundingMode::kRound:
-      return f(std::integral_constant<RoundingMode, RoundingMode::kRound>{});
-    case RoundingMode::kCeil:
-      return f(std::integral_constant<RoundingMode, RoundingMode::kCeil>{});
-    case RoundingMode::kFloor:
-      return f(std::integral_constant<RoundingMode, RoundingMode::kFloor>{});
-    case RoundingMode::kRoundToZero:
-      return f(std::integral_constant<RoundingMode, RoundingMode::kRoundToZero>{});
-    case RoundingMode::kDpu:
-    default:
-      return f(std::integral_constant<RoundingMode, RoundingMode::kDpu>{});
-  }
-}
 
 }  // namespace brevitas_cpp

@@ -31,11 +31,8 @@ std::tuple<at::Tensor, at::Tensor> binary_quant_backward_cpu(const at::Tensor& g
                                                              const std::optional<at::Tensor>& x,
                                                              const at::Tensor& scale,
                                                              std::array<bool, 2> output_mask) {
-  constexpr const char* op = "_binary_quant_backward";
-  const bool has_x = x.has_value() && x->defined();
-  TORCH_CHECK(has_x || !output_mask[1], "brevitas_cpp::", op, ": the gradient of scale needs x; got x = None");
-  // Without x, grad stands in for it: dx does not depend on x.
-  return scaled_quant_backward(grad, has_x ? *x : grad, scale, output_mask, op,
+  return scaled_quant_backward(grad, ops::detail::binary_quant_backward_input(grad, x, output_mask), scale,
+                               output_mask, "_binary_quant_backward",
                                [](const auto& g, const auto& xv, const auto& s) {
                                  return std::pair{g * s, g * bsign<value_t<decltype(xv)>>(xv)};
                                });

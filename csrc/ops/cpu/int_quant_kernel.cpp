@@ -1,3 +1,4 @@
+#include "ops/common/bit_width_value.h"
 #include "ops/common/checks.h"
 #include "ops/common/quant_math.h"
 #include "ops/cpu/kernels.h"
@@ -13,20 +14,15 @@ namespace {
 constexpr const char* kOp = "int_quant";
 
 // The composition computes max_int/min_int in bit_width's dtype and casts them to x's
-// (max_int(...).type_as(x)); rounding the exact value through both dtypes matches it.
-double through_dtype(double v, at::ScalarType dtype) {
-  double r = v;
-  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "through_dtype",
-                             [&] { r = static_cast<double>(static_cast<scalar_t>(v)); });
-  return r;
-}
-
+// (max_int(...).type_as(x)): int_range_of rounds the exact value through both dtypes.
 template <typename T>
 struct IntBounds {
   Vec<T> lo, hi;
-  IntBounds(const at::Tensor& bit_width, int64_t b, bool is_signed, bool narrow)
-      : lo(static_cast<T>(through_dtype(min_int_value(b, is_signed, narrow), bit_width.scalar_type()))),
-        hi(static_cast<T>(through_dtype(max_int_value(b, is_signed, narrow), bit_width.scalar_type()))) {}
+  IntBounds(const at::Tensor& bit_width, bool is_signed, bool narrow) {
+    const IntRange<T> r = int_range_of<T>(bit_width.const_data_ptr(), bit_width.scalar_type(), is_signed, narrow);
+    lo = Vec<T>(r.lo);
+    hi = Vec<T>(r.hi);
+  }
 };
 
 // The clamp of Brevitas's tensor_clamp: where(r > hi, hi, r), then where(. < lo, lo, .).
@@ -66,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
                                            bool with_mask) {
   ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, kOp);
   const RoundingMode mode = parse_rounding_mode(rounding_mode, kOp);
-  const int64_t b = check_bit_width(bit_width, kOp);
+  check_bit_width(bit_width, kOp);
   check_positive_finite(scale, kOp, "scale");
   check_finite(zero_point, kOp, "zero_point");
 
@@ -76,7 +72,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
   const at::Tensor xd = with_layout_of(x, y);
   const ParamLayout L = make_param_layout(y, {scale, zero_point}, x.scalar_type());
   BREVITAS_CPP_DISPATCH_FLOATING(x.scalar_type(), "int_quant", [&] {
-    const IntBounds<scalar_t> bounds(bit_width, b, is_signed, narrow_range);
+    const IntBounds<scalar_t> bounds(bit_width, is_signed, narrow_range);
     dispatch_rounding_mode(mode, [&](auto m) {
       if (with_mask) {
         forward_loop<scalar_t, decltype(m)::value, true>(xd.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
@@ -190,18 +186,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
     const at::Tensor& grad, const std::optional<at::Tensor>& x_opt, const std::optional<at::Tensor>& mask_opt,
     const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width, bool is_signed,
     bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, std::array<bool, 4> output_mask) {
-  constexpr const char* op = "_int_quant_backward";
-  const bool has_x = x_opt.has_value() && x_opt->defined();
-  const bool has_mask = mask_opt.has_value() && mask_opt->defined();
-  const at::Tensor& ref =
-      ops::detail::check_int_quant_backward_args(grad, x_opt, mask_opt, scale, zero_point, bit_width, rounding_mode);
-  const bool want_params = output_mask[1] || output_mask[2] || (output_mask[3] && !clamp_ste);
-  TORCH_CHECK(has_x || !want_params, "brevitas_cpp::", op,
-              ": gradients of scale, zero_point or bit_width need x; got x = None");
-  TORCH_CHECK(has_x || has_mask || clamp_ste, "brevitas_cpp::", op,
-              ": without clamp_ste the gradient of x needs x or mask; got neither");
-  const RoundingMode mode = parse_rounding_mode(rounding_mode, op);
-  const int64_t b = check_bit_width(bit_width, op);
+  const auto args = ops::detail::check_int_quant_backward_args(grad, x_opt, mask_opt, scale, zero_point, bit_width,
+                                                               rounding_mode, clamp_ste, output_mask);
+  const at::Tensor& ref = args.ref;
+  const bool has_mask = args.has_mask, want_params = args.want_params;
+  const RoundingMode mode = args.mode;
+  const int64_t b = check_bit_width(bit_width, "_int_quant_backward");
 
   at::Tensor gx = output_mask[0] ? empty_output_like(ref, grad.scalar_type()) : at::Tensor();
   at::Tensor gs, gz, gb;  // With clamp_ste, bit_width gets no gradient (TensorClampSte).
@@ -231,7 +221,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
   std::vector<double> acc(static_cast<size_t>(4 * L.K + 2), 0.0);
   if (n > 0) {
     BREVITAS_CPP_DISPATCH_FLOATING(grad.scalar_type(), "_int_quant_backward", [&] {
-      const IntBounds<scalar_t> bounds(bit_width, b, is_signed, narrow_range);
+      const IntBounds<scalar_t> bounds(bit_width, is_signed, narrow_range);
       scalar_t* pgx = gx.defined() ? gx.mutable_data_ptr<scalar_t>() : nullptr;
       dispatch_rounding_mode(mode, [&](auto m) {
         constexpr RoundingMode M = decltype(m)::value;

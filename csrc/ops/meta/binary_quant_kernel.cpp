@@ -28,8 +28,8 @@ std::tuple<at::Tensor, at::Tensor> binary_quant_backward_meta(const at::Tensor& 
                                                               const std::optional<at::Tensor>& x,
                                                               const at::Tensor& scale,
                                                               std::array<bool, 2> output_mask) {
-  const bool has_x = x.has_value() && x->defined();
-  return scaled_backward_meta(has_x ? *x : grad, scale, output_mask, "_binary_quant_backward");
+  return scaled_backward_meta(ops::detail::binary_quant_backward_input(grad, x, output_mask), scale, output_mask,
+                              "_binary_quant_backward");
 }
 
 std::tuple<at::Tensor, at::Tensor> clamped_binary_quant_backward_meta(const at::Tensor&, const at::Tensor& x,

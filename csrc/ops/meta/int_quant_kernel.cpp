@@ -29,8 +29,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_me
     const at::Tensor& grad, const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& mask,
     const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width, bool, bool,
     c10::string_view rounding_mode, bool clamp_ste, std::array<bool, 4> output_mask) {
-  const at::Tensor& ref =
-      ops::detail::check_int_quant_backward_args(grad, x, mask, scale, zero_point, bit_width, rounding_mode);
+  const at::Tensor& ref = ops::detail::check_int_quant_backward_args(grad, x, mask, scale, zero_point, bit_width,
+                                                                     rounding_mode, clamp_ste, output_mask)
+                              .ref;
   return {output_mask[0] ? empty_output_like(ref, grad.scalar_type()) : at::Tensor(),
           output_mask[1] ? empty_param_grad(scale) : at::Tensor(),
           output_mask[2] ? empty_param_grad(zero_point) : at::Tensor(),

@@ -161,6 +161,21 @@ TEST(ParamLayout, ShortRunsFoldTheInnerDimsIntoTheSpan) {
                             acc_k.view({4, 9}).sum(1).to(at::kFloat).view({4, 1, 1, 1})));
 }
 
+TEST(ParamLayout, GpuLayoutKeepsShortRunsAndFoldsFromATensor) {
+  // The GPU kernels' layout: the same weight keeps runs of 9 (K = 4, inner = 9), and the K
+  // sums, held in a tensor, fold to the parameter as fold_to does from memory.
+  const at::Tensor x = at::empty({4, 1, 3, 3});
+  const at::Tensor s = at::arange(1, 5, at::kFloat).view({4, 1, 1, 1});
+  const ParamLayout L = make_param_layout(x, {s}, at::kFloat, /*fold_short_runs=*/false);
+  EXPECT_TRUE(has_layout(L, {1, 4, 9}));
+  EXPECT_TRUE(bitwise_equal(param_through_layout(L, 0, x), s.expand(x.sizes()).contiguous()));
+  const at::Tensor acc_k = test::values({0.1, 2.5, -3.0, 1e10}).to(at::kDouble);
+  EXPECT_TRUE(bitwise_equal(L.fold_tensor_to(acc_k, s), acc_k.to(at::kFloat).view({4, 1, 1, 1})));
+  EXPECT_TRUE(bitwise_equal(L.fold_tensor_to(acc_k, s), L.fold_to(acc_k.const_data_ptr<double>(), s)));
+  // A per-tensor parameter sums the K entries.
+  EXPECT_EQ(L.fold_tensor_to(acc_k, at::ones({})).item<float>(), static_cast<float>(0.1 + 2.5 - 3.0 + 1e10));
+}
+
 TEST(ParamLayout, FoldTo) {
   // Channels-last with a per-channel parameter: fold K accumulators back to [1, 3, 1, 1].
   const at::Tensor x = at::empty({2, 3, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);

@@ -1,0 +1,130 @@
+// Rounding modes and the scalar rounding, sign and integer-range arithmetic shared by the
+// CPU and CUDA kernels. Host-device functions: the CUDA kernels call them per element, the
+// CPU vector forms in quant_math.h are checked against them (tests/cpp/ops/common).
+#pragma once
+
+#include <c10/macros/Macros.h>
+#include <c10/util/string_view.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace brevitas_cpp {
+
+enum class RoundingMode : int8_t { kRound, kCeil, kFloor, kRoundToZero, kDpu };
+
+// Parses a rounding mode name case-insensitively ("round", "ceil", "floor",
+// "round_to_zero", "dpu"); throws naming `op` and the accepted names otherwise.
+RoundingMode parse_rounding_mode(c10::string_view name, const char* op);
+const char* rounding_mode_name(RoundingMode mode);
+
+// Calls f with RoundingMode as a compile-time constant.
+template <typename F>
+inline auto dispatch_rounding_mode(RoundingMode mode, F&& f) {
+  switch (mode) {
+    case RoundingMode::kRound:
+      return f(std::integral_constant<RoundingMode, RoundingMode::kRound>{});
+    case RoundingMode::kCeil:
+      return f(std::integral_constant<RoundingMode, RoundingMode::kCeil>{});
+    case RoundingMode::kFloor:
+      return f(std::integral_constant<RoundingMode, RoundingMode::kFloor>{});
+    case RoundingMode::kRoundToZero:
+      return f(std::integral_constant<RoundingMode, RoundingMode::kRoundToZero>{});
+    case RoundingMode::kDpu:
+    default:
+      return f(std::integral_constant<RoundingMode, RoundingMode::kDpu>{});
+  }
+}
+
+// Exact integer range of a quantizer (Brevitas's max_int/min_int), as doubles.
+// Signed: [-2^(b-1), 2^(b-1)-1], narrow: [-2^(b-1)+1, ...]; unsigned: [0, 2^b-1], narrow: [0, 2^b-2].
+C10_HOST_DEVICE inline double max_int_value(double bit_width, bool is_signed, bool narrow_range) {
+  if (is_signed) return std::ldexp(1.0, static_cast<int>(bit_width - 1)) - 1.0;
+  return std::ldexp(1.0, static_cast<int>(bit_width)) - (narrow_range ? 2.0 : 1.0);
+}
+C10_HOST_DEVICE inline double min_int_value(double bit_width, bool is_signed, bool narrow_range) {
+  if (!is_signed) return 0.0;
+  return -std::ldexp(1.0, static_cast<int>(bit_width - 1)) + (narrow_range ? 1.0 : 0.0);
+}
+
+// d max_int / d bit_width and d min_int / d bit_width of the formulas above
+// (2^e · ln 2 for each 2^e term), for the learned-bit-width gradient.
+constexpr double kLn2 = 0.693147180559945309417232121458176568;
+C10_HOST_DEVICE inline double max_int_slope(double bit_width, bool is_signed) {
+  return std::exp2(is_signed ? bit_width - 1.0 : bit_width) * kLn2;
+}
+C10_HOST_DEVICE inline double min_int_slope(double bit_width, bool is_signed) {
+  return is_signed ? -std::exp2(bit_width - 1.0) * kLn2 : 0.0;
+}
+
+// A bit width the quantizers accept: an integer in [1, 32].
+C10_HOST_DEVICE inline bool is_valid_bit_width(double b) {
+  return std::isfinite(b) && b == std::floor(b) && b >= 1.0 && b <= 32.0;
+}
+
+namespace scalar_math {
+
+// The type a T is computed in, one operation at a time: float for float16/bfloat16 (each
+// result rounded back to T, as ATen's reduced-precision ops do), T itself otherwise.
+template <typename T>
+using opmath_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename T>
+C10_HOST_DEVICE inline T rint_of(T x) {
+  return static_cast<T>(std::rint(static_cast<opmath_t<T>>(x)));  // half to even, like torch.round
+}
+template <typename T>
+C10_HOST_DEVICE inline T floor_of(T x) {
+  return static_cast<T>(std::floor(static_cast<opmath_t<T>>(x)));
+}
+template <typename T>
+C10_HOST_DEVICE inline T ceil_of(T x) {
+  return static_cast<T>(std::ceil(static_cast<opmath_t<T>>(x)));
+}
+template <typename T>
+C10_HOST_DEVICE inline T abs_of(T x) {
+  return static_cast<T>(std::fabs(static_cast<opmath_t<T>>(x)));
+}
+template <typename T>
+C10_HOST_DEVICE inline bool isnan_of(T x) {
+  return std::isnan(static_cast<opmath_t<T>>(x));
+}
+template <typename T>
+C10_HOST_DEVICE inline bool isfinite_of(T x) {
+  return std::isfinite(static_cast<opmath_t<T>>(x));
+}
+
+// sign(x) as torch.sign computes it for non-NaN x: (x > 0) - (x < 0), so sign(±0) = +0.
+template <typename T>
+C10_HOST_DEVICE inline T sign(T x) {
+  return static_cast<T>(x > T(0) ? 1 : 0) - static_cast<T>(x < T(0) ? 1 : 0);
+}
+
+// Brevitas's binary sign: +1 for x >= 0 (including -0), -1 otherwise; NaN stays NaN.
+template <typename T>
+C10_HOST_DEVICE inline T binary_sign(T x) {
+  return isnan_of(x) ? x : (x >= T(0) ? T(1) : T(-1));
+}
+
+// Rounding of each mode, written as the ATen composition it replaces (bitwise equal,
+// including the sign of zero), each step rounded to T.
+template <RoundingMode M, typename T>
+C10_HOST_DEVICE inline T round_as(T x) {
+  if constexpr (M == RoundingMode::kRound) {
+    return rint_of(x);
+  } else if constexpr (M == RoundingMode::kCeil) {
+    return ceil_of(x);
+  } else if constexpr (M == RoundingMode::kFloor) {
+    return floor_of(x);
+  } else if constexpr (M == RoundingMode::kRoundToZero) {
+    return sign(x) * floor_of(abs_of(x));  // sign(x) * floor(|x|)
+  } else {
+    // DPU: round half to even, except a negative x with fractional part exactly 0.5 goes up.
+    const bool tie_up = x < T(0) && (x - floor_of(x)) == T(0.5);
+    return tie_up ? ceil_of(x) : rint_of(x);
+  }
+}
+
+}  // namespace scalar_math
+}  // namespace brevitas_cpp

@@ -1,0 +1,129 @@
+// The shared arithmetic of csrc/ops/common/rounding.h (host-device: the CUDA kernels use it)
+// against formulas written out here, and the CPU kernels' vector forms (quant_math.h) against
+// it, lane by lane and bit for bit, for every rounding mode and floating dtype.
+#ifndef CPU_CAPABILITY
+#define CPU_CAPABILITY DEFAULT
+#endif
+#include "ops/common/bit_width_value.h"
+#include "ops/common/quant_math.h"
+#include "ops/common/rounding.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace brevitas_cpp {
+namespace {
+
+template <typename T>
+bool same_bits(T a, T b) {
+  if (scalar_math::isnan_of(a) && scalar_math::isnan_of(b)) return true;
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+std::vector<double> probe_values() {
+  std::vector<double> v{0.0, -0.0, 1e6, -1e6, std::numeric_limits<double>::infinity(),
+                        -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+  for (int k = -9; k <= 9; ++k) {
+    for (double f : {0.0, 0.25, 0.5, 0.75, 0.4999, 0.5001}) v.push_back(k + f);
+  }
+  return v;
+}
+
+template <RoundingMode M, typename T>
+void expect_vector_matches_scalar() {
+  using V = at::vec::Vectorized<T>;
+  const std::vector<double> values = probe_values();
+  for (size_t start = 0; start < values.size(); start += V::size()) {
+    T in[V::size()], out[V::size()];
+    const int64_t n = std::min<int64_t>(V::size(), values.size() - start);
+    for (int64_t j = 0; j < V::size(); ++j) in[j] = static_cast<T>(j < n ? values[start + j] : 0.0);
+    vec_math::round_as<M, T>(V::loadu(in)).store(out);
+    for (int64_t j = 0; j < n; ++j) {
+      EXPECT_TRUE(same_bits(out[j], scalar_math::round_as<M>(in[j])))
+          << rounding_mode_name(M) << " of " << static_cast<double>(in[j]) << ": vector "
+          << static_cast<double>(out[j]) << ", scalar " << static_cast<double>(scalar_math::round_as<M>(in[j]));
+    }
+  }
+}
+
+template <typename T>
+void expect_all_modes() {
+  expect_vector_matches_scalar<RoundingMode::kRound, T>();
+  expect_vector_matches_scalar<RoundingMode::kCeil, T>();
+  expect_vector_matches_scalar<RoundingMode::kFloor, T>();
+  expect_vector_matches_scalar<RoundingMode::kRoundToZero, T>();
+  expect_vector_matches_scalar<RoundingMode::kDpu, T>();
+}
+
+TEST(Rounding, VectorFormsEqualTheScalarFormsBitForBit) {
+  expect_all_modes<float>();
+  expect_all_modes<double>();
+  expect_all_modes<c10::Half>();
+  expect_all_modes<c10::BFloat16>();
+}
+
+TEST(Rounding, ScalarFormsFollowTheirDefinitions) {
+  using scalar_math::round_as;
+  // Half to even; DPU rounds negative ties up; round_to_zero keeps the sign of zero of sign().
+  EXPECT_EQ(round_as<RoundingMode::kRound>(2.5), 2.0);
+  EXPECT_EQ(round_as<RoundingMode::kRound>(-2.5), -2.0);
+  EXPECT_EQ(round_as<RoundingMode::kRound>(3.5), 4.0);
+  EXPECT_EQ(round_as<RoundingMode::kDpu>(-2.5), -2.0);
+  EXPECT_EQ(round_as<RoundingMode::kDpu>(-3.5), -3.0);
+  EXPECT_EQ(round_as<RoundingMode::kDpu>(3.5), 4.0);
+  EXPECT_EQ(round_as<RoundingMode::kDpu>(2.5), 2.0);
+  EXPECT_EQ(round_as<RoundingMode::kRoundToZero>(-2.7), -2.0);
+  EXPECT_EQ(round_as<RoundingMode::kRoundToZero>(2.7), 2.0);
+  EXPECT_TRUE(std::signbit(round_as<RoundingMode::kRoundToZero>(-0.3)));  // sign(-0.3) * floor(0.3) = -1 * 0
+  EXPECT_EQ(round_as<RoundingMode::kCeil>(-0.5), -0.0);
+  EXPECT_EQ(round_as<RoundingMode::kFloor>(-0.5), -1.0);
+  EXPECT_EQ(scalar_math::sign(-0.0), 0.0);
+  EXPECT_FALSE(std::signbit(scalar_math::sign(-0.0)));
+  EXPECT_EQ(scalar_math::binary_sign(-0.0), 1.0);
+  EXPECT_EQ(scalar_math::binary_sign(-1e-30), -1.0);
+  EXPECT_TRUE(std::isnan(scalar_math::binary_sign(std::numeric_limits<double>::quiet_NaN())));
+}
+
+TEST(IntRange, BrevitasMaxIntMinInt) {
+  for (int b = 1; b <= 32; ++b) {
+    const double p = std::pow(2.0, b - 1), q = std::pow(2.0, b);
+    EXPECT_EQ(max_int_value(b, true, false), p - 1) << b;
+    EXPECT_EQ(min_int_value(b, true, false), -p) << b;
+    EXPECT_EQ(min_int_value(b, true, true), -p + 1) << b;
+    EXPECT_EQ(max_int_value(b, false, false), q - 1) << b;
+    EXPECT_EQ(max_int_value(b, false, true), q - 2) << b;
+    EXPECT_EQ(min_int_value(b, false, false), 0.0) << b;
+    EXPECT_EQ(max_int_slope(b, true), p * std::log(2.0)) << b;
+    EXPECT_EQ(min_int_slope(b, true), -p * std::log(2.0)) << b;
+  }
+  for (double bad : {0.0, 33.0, 4.5, -1.0, std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_FALSE(is_valid_bit_width(bad)) << bad;
+  }
+}
+
+TEST(IntRange, ReadFromTheBitWidthsMemoryInItsDtype) {
+  // 5 bits, signed narrow: [-15, 15]; the bounds go through the bit width's dtype.
+  const float f = 5.0f;
+  const IntRange<float> r = int_range_of<float>(&f, c10::ScalarType::Float, true, true);
+  EXPECT_TRUE(r.valid);
+  EXPECT_EQ(r.lo, -15.0f);
+  EXPECT_EQ(r.hi, 15.0f);
+  // An unsigned 8-bit bit width stores min_int -15 as 241, as the composition in uint8 does.
+  const uint8_t u = 5;
+  const IntRange<float> ru = int_range_of<float>(&u, c10::ScalarType::Byte, true, true);
+  EXPECT_EQ(ru.lo, 241.0f);
+  EXPECT_EQ(ru.hi, 15.0f);
+  // 32 bits in float16: 2^31 - 1 overflows to inf there.
+  const c10::Half h(32.0f);
+  const IntRange<float> rh = int_range_of<float>(&h, c10::ScalarType::Half, false, false);
+  EXPECT_TRUE(std::isinf(rh.hi));
+  const int64_t bad = 33;
+  EXPECT_FALSE((int_range_of<double>(&bad, c10::ScalarType::Long, true, false).valid));
+}
+
+}  // namespace
+}  // namespace brevitas_cpp

@@ -18,7 +18,13 @@ BuildInfo build_info() {
 #endif
   info.vector_isa = cpu::compiled_isas();
   info.active_isa = cpu::isa_name(cpu::active_isa());
+#ifdef BREVITAS_CPP_WITH_CUDA
+  info.cuda = true;
+  info.cuda_version = BREVITAS_CPP_CUDA_VERSION;
+  info.cuda_arch_list = BREVITAS_CPP_CUDA_ARCH_LIST;
+#else
   info.cuda = false;
+#endif
   return info;
 }
 

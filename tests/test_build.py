@@ -32,19 +32,27 @@ STATE_OPS = {"_set_stats_sync", "_get_stats_sync"}
 
 def test_build_info_reports_the_build():
     info = brevitas_cpp.build_info()
-    assert set(info) == {"torch_version", "openmp", "vector_isa", "active_isa", "cuda"}
+    assert set(info) == {"torch_version", "openmp", "vector_isa", "active_isa", "cuda", "cuda_version",
+                         "cuda_arch_list"}
     assert info["torch_version"] == torch.__version__.split("+")[0]
     # at::parallel_for is inline code: without OpenMP in our compile it would run serially.
     assert info["openmp"] is True
     assert info["active_isa"] in info["vector_isa"].split()
-    assert info["cuda"] is torch.cuda.is_available() or info["cuda"] is False
+    # CUDA kernels are built when the torch built against has CUDA and nvcc was found
+    # (cmake/BrevitasCuda.cmake): never with a CPU torch.
+    if torch.version.cuda is None:
+        assert info["cuda"] is False
+    if info["cuda"]:
+        assert info["cuda_version"].split(".")[0].isdigit() and info["cuda_arch_list"]
+    else:
+        assert info["cuda_version"] == "" and info["cuda_arch_list"] == ""
 
 
 def test_every_op_is_registered_with_all_kernels():
     registered = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("brevitas_cpp::")}
     assert registered == EXPECTED_OPS | COMPOSITE_OPS | STATE_OPS
     for name in EXPECTED_OPS:
-        for key in ("CPU", "Meta", "Autograd"):
+        for key in ("CPU", "Meta", "Autograd", "CompositeExplicitAutograd"):
             assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (name, key)
     for name in COMPOSITE_OPS:
         for key in ("CompositeExplicitAutograd", "Meta", "Autograd"):

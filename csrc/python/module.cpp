@@ -16,6 +16,8 @@ PYBIND11_MODULE(_C, m) {
     d["vector_isa"] = info.vector_isa;
     d["active_isa"] = info.active_isa;
     d["cuda"] = info.cuda;
+    d["cuda_version"] = info.cuda_version;
+    d["cuda_arch_list"] = info.cuda_arch_list;
     return d;
   });
 }

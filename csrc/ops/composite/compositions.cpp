@@ -1,0 +1,48 @@
+#include "ops/composite/compositions.h"
+
+#include "ops/common/param_layout.h"
+
+#include <limits>
+
+namespace brevitas_cpp::composite {
+
+at::Tensor round_as(const at::Tensor& u, RoundingMode mode) {
+  switch (mode) {
+    case RoundingMode::kRound: return at::round(u);  // half to even
+    case RoundingMode::kCeil: return at::ceil(u);
+    case RoundingMode::kFloor: return at::floor(u);
+    case RoundingMode::kRoundToZero: return at::sign(u) * at::floor(at::abs(u));
+    case RoundingMode::kDpu:
+    default: {
+      const at::Tensor tie_up = at::logical_and(u < 0, (u - at::floor(u)) == 0.5);
+      return at::where(tie_up, at::ceil(u), at::round(u));
+    }
+  }
+}
+
+at::Tensor binary_sign(const at::Tensor& x) {
+  const at::Tensor one = at::ones({}, x.options());
+  return at::where(at::isnan(x), x, at::where(x >= 0, one, -one));
+}
+
+at::Tensor sign_keep_nan(const at::Tensor& x) { return at::where(at::isnan(x), x, at::sign(x)); }
+
+at::Tensor as_output_like(const at::Tensor& t, const at::Tensor& x) {
+  at::Tensor out = empty_output_like(x, t.scalar_type());
+  if (t.strides() == out.strides()) return t;
+  return out.copy_(t);
+}
+
+at::Tensor nan_where_invalid(const at::Tensor& y, const at::Tensor& valid) {
+  return at::where(valid, y, at::full({}, std::numeric_limits<double>::quiet_NaN(), y.options()));
+}
+
+at::Tensor scalar_in_dtype_of(double v, const at::Tensor& x) {
+  at::Tensor t = at::scalar_tensor(v, at::kDouble);  // made on the CPU: not every device has float64
+  if (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
+  return t.to(x.scalar_type()).to(x.device());
+}
+
+at::Tensor positive_finite(const at::Tensor& scale) { return at::logical_and(scale > 0, at::isfinite(scale)); }
+
+}  // namespace brevitas_cpp::composite

@@ -270,13 +270,26 @@ class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
         # The parent layer's parameters are already loaded (parents load before children) and
         # tensor_quant's own state is loaded next: rebuilding here re-derives everything from
-        # the new parameters, then lets the checkpoint's quantizer values override.
+        # the new parameters, then lets the checkpoint's quantizer values override. The rebuilt
+        # quantizer goes where the old one was (a model moved with .cuda() or .double() stays so).
         if config.REINIT_ON_STATE_DICT_LOAD:
+            placement = _placement(self)
             self.init_tensor_quant()
+            if placement is not None:
+                self.to(device=placement[0], dtype=placement[1])
         # Older checkpoints saved the sentinel.
         zero_hw_sentinel_key = prefix + "zero_hw_sentinel"
         if zero_hw_sentinel_key in unexpected_keys:
             unexpected_keys.remove(zero_hw_sentinel_key)
+
+
+def _placement(module: nn.Module) -> Optional[Tuple[torch.device, Optional[torch.dtype]]]:
+    """The device of a module's tensors and the dtype of its floating ones (None: no tensors)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if not tensors:
+        return None
+    floating = [t.dtype for t in tensors if t.is_floating_point()]
+    return tensors[0].device, (floating[0] if floating else None)
 
 
 # __init_subclass__ lists the properties of subclasses only.

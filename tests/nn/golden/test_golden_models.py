@@ -315,7 +315,11 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
     reloaded, _ = build(record, dtype)
     report = load_report(reloaded.load_state_dict(model.state_dict(), strict=False))
     note_report(dtype_name, name, "trained state_dict", report)
-    assert_all_outputs(eval_outputs(reloaded, record["eval_inputs"]), record["reload_eval"],
+    # The reloaded model computes what the saved one did. Brevitas 0.12.1 does not quite: loading
+    # rebuilds the activation quantizers in the default dtype, so its reload_eval of a float64
+    # model is a float32 quantizer's (off by about 1e-8); ours keep the model's dtype and device
+    # (tests/proxy/test_reload_keeps_placement.py).
+    assert_all_outputs(eval_outputs(reloaded, record["eval_inputs"]), record["final_eval"],
                        "reloaded trained state_dict")
 
 

@@ -126,7 +126,29 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="torch intra-op threads (default 1: the tensors are tiny, and on "
                         "a busy 2-core machine 2 threads made a QAT epoch 9x slower)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.add_argument("--device", default="cpu",
+                        help="where to train: cpu (default) or cuda (needs a GPU and brevitas_cpp built "
+                        "with its CUDA kernels)")
     return parser.parse_args(argv)
+
+
+def checked_device(name: str) -> torch.device:
+    """The torch.device for --device, or an error saying why it cannot be used here."""
+    import brevitas_cpp
+
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise SystemExit(f"--device {name!r}: {exc}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: torch sees no GPU here (torch.cuda.is_available() is False)")
+        if not brevitas_cpp.build_info()["cuda"]:
+            raise SystemExit("--device cuda: this brevitas_cpp was built without its CUDA kernels "
+                             "(build with a CUDA torch and nvcc; see README, 'GPU')")
+    elif device.type != "cpu":
+        raise SystemExit(f"--device {name!r}: accepted: cpu, cuda, cuda:N")
+    return device
 
 
 def import_brevitas_cpp(jit: bool):
@@ -259,6 +281,12 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> float:
     return 100.0 * correct / len(y)
 
 
+def synchronize(device: torch.device) -> None:
+    """Waits for the GPU's queued work, so that step times include it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def train(model: nn.Module, data: Digits, epochs: int, lr: float, desc: str,
           progress: bool, seed: int) -> Tuple[List[float], List[float]]:
     """Adam with a cosine learning-rate decay; (test accuracy after each epoch, step times)."""
@@ -275,11 +303,13 @@ def train(model: nn.Module, data: Digits, epochs: int, lr: float, desc: str,
         for _ in range(epochs):
             for index in batches(len(data.y_train), generator):
                 xb, yb = data.x_train[index], data.y_train[index]
+                synchronize(xb.device)
                 start = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(model(xb), yb)
                 loss.backward()
                 optimizer.step()
+                synchronize(xb.device)
                 step_times.append(time.perf_counter() - start)
                 scheduler.step()
                 bar.update()
@@ -384,17 +414,19 @@ def plot(results: List[RunResult], float_result: RunResult, path: Path) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     args = parse_args(argv)
     qnn, jit = import_brevitas_cpp(args.jit)
+    device = checked_device(args.device)
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
     started = time.perf_counter()
 
     data = load_data(args.subset)
+    data = Digits(*(t.to(device) for t in (data.x_train, data.y_train, data.x_test, data.y_test)))
     print(f"digits: {len(data.y_train)} train / {len(data.y_test)} test images; "
-          f"BREVITAS_JIT={int(jit)}; {torch.get_num_threads()} thread(s)")
+          f"BREVITAS_JIT={int(jit)}; {torch.get_num_threads()} thread(s); device {device}")
 
     torch.manual_seed(args.seed)
-    float_model = FloatNet()
+    float_model = FloatNet().to(device)
     float_acc, float_times = train(float_model, data, args.float_epochs, lr=3e-3,
                                    desc="float", progress=progress, seed=args.seed)
     float_result = RunResult("float32", float_acc, float_times, size_bits(float_model, 32))
@@ -406,7 +438,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     exports: Dict[str, Dict[str, object]] = {}
     for bits in args.bits:
         torch.manual_seed(args.seed)
-        model = quant_net(qnn, bits, calibration_steps)
+        model = quant_net(qnn, bits, calibration_steps).to(device)
         # A plain float state_dict loads strictly: the quantizers add no required keys.
         model.load_state_dict(float_state)
         calibrate(model, data, calibration_steps, seed=args.seed)
@@ -438,6 +470,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
                            "step_time_s": r.step_time_s, "size_bits": r.size_bits,
                            **exports[r.name]} for r in results},
         "jit": jit,
+        "device": str(device),
         "wall_s": time.perf_counter() - started,
     }
     (args.out / "qat_digits_results.json").write_text(json.dumps(summary, indent=2) + "\n")

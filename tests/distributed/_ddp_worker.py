@@ -29,6 +29,9 @@ TOTAL_STEPS = 8
 CHECKPOINT_STEP = 5
 LR = 0.05
 SEED = 0
+# Where the children train: "cpu", or "cuda" (both ranks on GPU 0 with gloo, which reduces CUDA
+# tensors: NCCL needs a GPU per rank). Set by run() in each child.
+DEVICE = "cpu"
 
 
 # ---- model, data, training (shared with the single-process reference) -------------------------
@@ -70,17 +73,17 @@ def make_optimizer(params) -> torch.optim.Optimizer:
 
 
 def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range,
-                batch: Callable[[int], Tuple[Tensor, Tensor]]) -> None:
+                batch: Callable[[int], Tuple[Tensor, Tensor]], device: str = "cpu") -> None:
     model.train()
     for step in steps:
-        x, y = batch(step)
+        x, y = (t.to(device) for t in batch(step))
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
 
 
 def plain_state(module: nn.Module) -> Dict[str, Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
 
 # ---- child processes --------------------------------------------------------------------------
@@ -97,9 +100,11 @@ def _start(rank: int, port: int, jit: str) -> None:
         "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=60))
 
 
-def run(rank: int, port: int, jit: str, out_dir: str, scenarios: Tuple[str, ...]) -> None:
+def run(rank: int, port: int, jit: str, out_dir: str, scenarios: Tuple[str, ...], device: str = "cpu") -> None:
     """Entry point of a child: the scenarios in turn (one process start for several), with any
     traceback written for the parent."""
+    global DEVICE
+    DEVICE = device
     try:
         _start(rank, port, jit)
         for scenario in scenarios:
@@ -145,7 +150,7 @@ def _stats_run() -> Dict[str, Dict[str, Tensor]]:
         gen = torch.Generator().manual_seed(100 + rank)
         for _ in range(COLLECT_STATS_STEPS + 1):
             # Rank-dependent spread and offset: every statistic differs between the ranks.
-            layer(torch.randn(16, 32, generator=gen) * (1 + rank) + rank)
+            layer.to(DEVICE)(torch.randn(16, 32, generator=gen).to(DEVICE) * (1 + rank) + rank)
         states[name] = plain_state(layer)
     return states
 
@@ -174,17 +179,17 @@ def _ddp(model: nn.Module) -> nn.Module:
 
     # find_unused_parameters stays False: parameters waiting for their initialisation are
     # linked to the graph with a zero gradient.
-    return DistributedDataParallel(model)
+    return DistributedDataParallel(model.to(DEVICE))
 
 
 def _train_scenario(rank: int, out_dir: Path) -> None:
     ddp = _ddp(build_model())
     optimizer = make_optimizer(ddp.parameters())
-    train_steps(ddp, optimizer, range(CHECKPOINT_STEP), _local_batch(rank))
+    train_steps(ddp, optimizer, range(CHECKPOINT_STEP), _local_batch(rank), DEVICE)
     if rank == 0:
         torch.save({"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()},
                    out_dir / "checkpoint.pt")
-    train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank))
+    train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank), DEVICE)
     torch.save(plain_state(ddp.module), out_dir / f"train_rank{rank}.pt")
 
 

@@ -19,11 +19,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(out_dir: Path, scenarios: Tuple[str, ...], jit: str) -> None:
+def spawn(out_dir: Path, scenarios: Tuple[str, ...], jit: str, device: str = "cpu") -> None:
     """Run the scenarios on worker.WORLD_SIZE fresh processes; fail with a child's traceback."""
     ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=worker.run, args=(rank, port, jit, str(out_dir), scenarios))
+    procs = [ctx.Process(target=worker.run, args=(rank, port, jit, str(out_dir), scenarios, device))
              for rank in range(worker.WORLD_SIZE)]
     for p in procs:
         p.start()

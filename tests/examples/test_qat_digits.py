@@ -93,3 +93,33 @@ def test_parse_bits(qat_digits):
     for bad in ("", "x", "1", "w8a17"):
         with pytest.raises(argparse.ArgumentTypeError, match="bit width"):
             qat_digits.parse_bits(bad)
+
+
+def test_device_flag_is_checked(qat_digits):
+    assert qat_digits.checked_device("cpu") == torch.device("cpu")
+    with pytest.raises(SystemExit, match="accepted: cpu, cuda"):
+        qat_digits.checked_device("meta")
+    with pytest.raises(SystemExit, match="--device 'gpu0'"):
+        qat_digits.checked_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="no GPU"):
+            qat_digits.checked_device("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_main_job_on_gpu_ends_where_cpu_does(qat_digits, tmp_path):
+    """The same run on the GPU and on the CPU: the same accuracy, up to an image or two of the
+    60 test images (cuDNN's and the CPU's convolutions differ in their last bits, which can move
+    a quantizer input across a rounding tie)."""
+    summaries = {}
+    for device in ("cpu", "cuda"):
+        argv = ["--epochs", "1", "--float-epochs", "1", "--subset", str(SUBSET), "--bits", "8",
+                "--out", str(tmp_path / device), "--no-progress", "--device", device]
+        if config.JIT_ENABLED:
+            argv.append("--jit")
+        summaries[device] = qat_digits.main(argv)
+    gpu, cpu = summaries["cuda"], summaries["cpu"]
+    assert gpu["device"] == "cuda"
+    assert gpu["quant"]["W8A8"]["reloaded_equal"] is True
+    assert abs(gpu["float"]["accuracy"] - cpu["float"]["accuracy"]) <= 2 * 100 / 60 + 1e-9
+    assert abs(gpu["quant"]["W8A8"]["accuracy"] - cpu["quant"]["W8A8"]["accuracy"]) <= 2 * 100 / 60 + 1e-9

@@ -1,10 +1,13 @@
 #!/usr/bin/env python
 """Benchmark of brevitas_cpp's fused int_quant against PyTorch's fake-quantize ops, the unfused
-ATen composition and a plain copy (the memory-bandwidth floor), on CPU.
+ATen composition and a plain copy (the memory-bandwidth floor), on CPU or on a GPU.
 
-    python benchmarks/bench_ops.py              # full run (< 4 min on 2 cores)
-    python benchmarks/bench_ops.py --quick      # fewer shapes and reps
-    python benchmarks/bench_ops.py --threads 1  # thread counts to run, comma separated
+    python benchmarks/bench_ops.py                  # full run (< 4 min on 2 cores)
+    python benchmarks/bench_ops.py --quick          # fewer shapes and reps
+    python benchmarks/bench_ops.py --threads 1      # thread counts to run, comma separated
+    python benchmarks/bench_ops.py --device cuda    # on the GPU, with a 64M-element shape; copy is
+                                                    # a device-to-device copy, GB/s = bytes read and
+                                                    # written by the forward per second
 
 Quantizer: signed 8 bit, narrow_range False, round half to even, clamp_ste False, zero point 0.
   fixed scale:   x requires grad, scale does not.
@@ -53,6 +56,14 @@ FULL_SHAPES = [
     ("4096x4096", (4096, 4096), "tensor"),
 ]
 QUICK_SHAPES = [FULL_SHAPES[0], FULL_SHAPES[2]]
+CUDA_SHAPES = FULL_SHAPES + [("8192x8192", (8192, 8192), "tensor")]  # 64M elements
+DEVICE = torch.device("cpu")
+
+
+def sync():
+    """Waits for the device's queued work (timings of GPU calls must include it)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 IMPLS = ("copy", "ours", "native", "unfused")
 
@@ -88,6 +99,11 @@ class Problem:
         self.bit_width = torch.tensor(8.0)
         self.qmin_t = torch.tensor(float(QMIN))  # Brevitas's min_int(bit_width).type_as(x)
         self.qmax_t = torch.tensor(float(QMAX))
+        if DEVICE.type != "cpu":  # made on the CPU (same numbers everywhere), then moved
+            for name, value in list(vars(self).items()):
+                if isinstance(value, torch.Tensor):
+                    moved = value.detach().to(DEVICE)
+                    setattr(self, name, moved.requires_grad_(value.requires_grad))
         self.out = torch.empty_like(self.x, requires_grad=False)
         self.grad_out = torch.empty_like(self.x, requires_grad=False)
 
@@ -138,16 +154,20 @@ def measure(fn, reps, warmup, min_rep_s=10e-3):
     """
     est = []
     for _ in range(max(warmup, 1)):
+        sync()
         t0 = time.perf_counter()
         fn()
+        sync()
         est.append(time.perf_counter() - t0)
     one = max(min(est), 1e-7)
     number = max(1, int(min_rep_s / one))
     times = []
     for _ in range(reps):
+        sync()
         t0 = time.perf_counter()
         for _ in range(number):
             fn()
+        sync()
         times.append((time.perf_counter() - t0) / number)
     return STAT(times)
 
@@ -225,10 +245,15 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=None, help="timed reps per measurement (default 7, big shapes 3)")
     ap.add_argument("--stat", choices=("median", "min"), default="median",
                     help="statistic over reps (min is steadier on a busy machine; default median)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = ap.parse_args(argv)
-    global STAT
+    global STAT, DEVICE
     STAT = min if args.stat == "min" else statistics.median
+    DEVICE = torch.device(args.device)
     threads = [int(t) for t in args.threads.split(",") if t]
+    if DEVICE.type == "cuda":
+        threads = [torch.get_num_threads()]  # the host threads only launch kernels
+        print("device:", torch.cuda.get_device_name(DEVICE))
 
     print("brevitas_cpp.build_info():", brevitas_cpp.build_info())
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, "
@@ -237,14 +262,14 @@ def main(argv=None):
           "runs noisy)")
     print(f"int_quant: signed 8 bit, round, clamp_ste=False, zero point 0; times are {args.stat}s\n")
 
-    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    shapes = QUICK_SHAPES if args.quick else (CUDA_SHAPES if DEVICE.type == "cuda" else FULL_SHAPES)
     summary = []
     start = time.perf_counter()
     for name, shape, granularity in shapes:
         numel = 1
         for d in shape:
             numel *= d
-        big = numel >= 4_000_000
+        big = numel >= 4_000_000 and DEVICE.type == "cpu"
         if args.reps is not None:
             reps = args.reps
         elif args.quick:
@@ -279,6 +304,9 @@ def main(argv=None):
                     "unfused/ours f+b": u[2] / o[2],
                 }
                 print("   ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
+                gbs = 2 * numel * p.x.element_size() / 1e9  # forward: x read, y written
+                print(f"   forward GB/s: ours {gbs / o[0]:.0f}, copy {gbs / c[0]:.0f} "
+                      f"(ours at {100 * c[0] / o[0]:.0f}% of copy bandwidth)")
                 print()
                 summary.append((name, mode, nt, r, saved["ours"][0], saved["unfused"][0], saved["native"][0]))
     torch.set_num_threads(max(threads))

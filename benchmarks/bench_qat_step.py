@@ -9,6 +9,7 @@ W8A8/W4A4 models), on CPU, with BREVITAS_JIT=0 and =1.
     python benchmarks/bench_qat_step.py --quick      # demo CNN, W8A8, no memory runs (10 s idle)
     python benchmarks/bench_qat_step.py --threads 1  # torch.set_num_threads in every run (default 2)
     python benchmarks/bench_qat_step.py --profile resnet:ours:8   # torch.profiler tables instead
+    python benchmarks/bench_qat_step.py --device cuda  # GPU: ResNet-18 (bench_qat_step_cuda.py)
 
 Models (identical code for the three libraries; layers differ only in the module namespace):
   cnn     batch 64 of 1x8x8 (the digits demo): [input quant] conv3x3 1->16, relu, conv3x3
@@ -421,7 +422,15 @@ def main(argv=None):
                     help="instead of the tables, print torch.profiler tables of steps of one "
                          "configuration (e.g. resnet:ours:8, cnn:float:32), with each --jit setting")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cpu",
+                    help="cpu (default), or cuda: the GPU benchmark of bench_qat_step_cuda.py (ResNet-18)")
     args = ap.parse_args(argv)
+
+    if args.device != "cpu":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_qat_step_cuda
+        bench_qat_step_cuda.main(["--device", args.device] + (["--quick"] if args.quick else []))
+        return
 
     if args.worker is not None:
         print(json.dumps(worker(json.loads(args.worker))))

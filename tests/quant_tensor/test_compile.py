@@ -1,6 +1,8 @@
 """IntQuantTensors flowing through torch.compile(fullgraph=False) functions that return plain
 tensors: graph breaks are allowed (flags are read with .item()), wrong results are not."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -36,9 +38,21 @@ def plain_fallback(qt):
     return torch.sigmoid(qt) * 2
 
 
+# torch 2.11's Dynamo fails its own check of the guards it builds for a QuantTensor (a tuple
+# subclass) on CPython 3.12 ("Guard failed on the same frame it was created ... null type dict on
+# TypeDictGuardAccessor": 3.12 keeps static builtin types' __dict__ elsewhere). Seen with torch
+# 2.11.0 on Python 3.12.1 and 3.12.3; torch 2.14.1 on 3.12 and every torch on 3.11 pass. Not
+# strict: the releases between were not tried.
+_DYNAMO_TYPE_DICT_BUG = pytest.mark.xfail(
+    sys.version_info >= (3, 12) and tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14),
+    reason="torch 2.11 Dynamo guard bug on CPython 3.12 (TypeDictGuardAccessor)", strict=False)
+
+
 # Dynamo is what traces through QuantTensor; the "eager" backend runs its graphs without
 # inductor's code generation (seconds per graph), so the suite stays fast.
-@pytest.mark.parametrize("fn, arg", [(pipeline, X), (build_inside, X.value), (plain_fallback, X)],
+@pytest.mark.parametrize("fn, arg", [pytest.param(pipeline, X, marks=_DYNAMO_TYPE_DICT_BUG),
+                                     pytest.param(build_inside, X.value, marks=_DYNAMO_TYPE_DICT_BUG),
+                                     (plain_fallback, X)],
                          ids=["pipeline", "build_inside", "plain_fallback"])
 def test_compiled_matches_eager(fn, arg, backend="eager"):
     torch._dynamo.reset()

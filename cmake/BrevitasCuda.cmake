@@ -14,9 +14,10 @@ if(DEFINED ENV{BREVITAS_CPP_CUDA})
 elseif(DEFINED BREVITAS_CPP_CUDA)
   set(_brevitas_cuda_request "${BREVITAS_CPP_CUDA}")
 endif()
+string(TOUPPER "${_brevitas_cuda_request}" _brevitas_cuda_request)
 if(NOT _brevitas_cuda_request MATCHES "^(|0|1|ON|OFF)$")
   message(FATAL_ERROR "brevitas_cpp: BREVITAS_CPP_CUDA='${_brevitas_cuda_request}' is not understood; "
-                      "accepted: 1 (build the CUDA kernels), 0 (leave them out), unset (automatic)")
+                      "accepted: 1 or ON (build the CUDA kernels), 0 or OFF (leave them out), unset (automatic)")
 endif()
 
 # nvcc where torch.utils.cpp_extension would look for it, when it is not on PATH.

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 NO_GTEST = "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON"
@@ -49,3 +50,26 @@ def test_cpp_tests_without_googletest_is_a_clear_configure_error(tmp_path):
         capture_output=True, text=True)
     assert configure.returncode != 0
     assert "BREVITAS_CPP_BUILD_TESTS=ON needs GoogleTest" in configure.stdout + configure.stderr
+
+
+def _configure(tmp_path, *args, env=None):
+    return subprocess.run(
+        ["cmake", "-S", str(REPO), "-B", str(tmp_path), "-DBREVITAS_CPP_BUILD_PYTHON=OFF",
+         f"-DPython_EXECUTABLE={sys.executable}", *args],
+        capture_output=True, text=True, env=env)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake on PATH")
+def test_cuda_switch_is_checked_at_configure(tmp_path):
+    """BREVITAS_CPP_CUDA accepts 0/1/ON/OFF (any case) or nothing; 1 needs a CUDA torch."""
+    env = dict(os.environ, BREVITAS_CPP_CUDA="maybe")
+    bad = _configure(tmp_path / "bad", env=env)
+    assert bad.returncode != 0
+    assert "BREVITAS_CPP_CUDA='MAYBE' is not understood" in bad.stdout + bad.stderr
+    off = _configure(tmp_path / "off", env=dict(os.environ, BREVITAS_CPP_CUDA="off"))
+    assert off.returncode == 0, off.stderr[-2000:]
+    assert "brevitas_cpp: no CUDA kernels" in off.stdout
+    if torch.version.cuda is None:
+        forced = _configure(tmp_path / "forced", env=dict(os.environ, BREVITAS_CPP_CUDA="1"))
+        assert forced.returncode != 0
+        assert "the installed torch has no CUDA" in forced.stdout + forced.stderr

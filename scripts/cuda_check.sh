@@ -2,7 +2,8 @@
 # On a machine with a GPU and a CUDA build of torch (not part of .ci/run, which has no GPU):
 # builds the package with its CUDA kernels into $SITE, then runs the CUDA tests, the whole
 # pytest suite against that build (-n 8), and the GPU benchmarks, each with its log under OUTDIR.
-#   bash scripts/cuda_check.sh OUTDIR [STAGE ...]    stages: build cuda cpu bench qat (default all)
+#   bash scripts/cuda_check.sh OUTDIR [STAGE ...]    stages: build cuda cpu bench qat ncu
+#                                                    (default: all but ncu)
 # Pure-Python wheels in .whl/ (e.g. dependencies==2.0.1, for a machine without a package index)
 # are installed into $SITE first.
 set -uo pipefail
@@ -36,7 +37,10 @@ for stage in "${stages[@]}"; do
     cpu) py -m pytest -q -p no:cacheprovider -n 8 tests > "$OUTDIR/cpu_tests.log" 2>&1 || status=1 ;;
     bench) py benchmarks/bench_ops.py --device cuda --stat min > "$OUTDIR/bench_ops.log" 2>&1 || status=1 ;;
     qat) py benchmarks/bench_qat_step_cuda.py > "$OUTDIR/bench_qat_step.log" 2>&1 || status=1 ;;
-    *) echo "unknown stage $stage (build cuda cpu bench qat)"; exit 2 ;;
+    ncu) ncu --kernel-name regex:'map_kernel|reduce_by_param|param_grad' --launch-skip 6 --launch-count 6 \
+           --section SpeedOfLight --section Occupancy --section LaunchStats \
+           python3 -P benchmarks/profile_int_quant_cuda.py > "$OUTDIR/ncu.log" 2>&1 || status=1 ;;
+    *) echo "unknown stage $stage (build cuda cpu bench qat ncu)"; exit 2 ;;
   esac
   echo "== $stage: $(( $(date +%s) - start )) s"
   case $stage in cuda|cpu) tail -3 "$OUTDIR/${stage}_tests.log" ;; esac

@@ -39,6 +39,14 @@ void check_scaled_quant_args(const at::Tensor& x, const at::Tensor& scale, const
   check_same_device(x, {{&scale, "scale"}}, op);
 }
 
+void check_scaled_quant_backward_args(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& scale,
+                                      const char* op) {
+  check_scaled_quant_args(x, scale, op);
+  check_same_dtype_as_input(grad, x, op, "grad");
+  TORCH_CHECK(grad.sizes() == x.sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sizes(),
+              " must have the shape of x ", x.sizes());
+}
+
 const at::Tensor& binary_quant_backward_input(const at::Tensor& grad, const std::optional<at::Tensor>& x,
                                               std::array<bool, 2> output_mask) {
   const bool has_x = x.has_value() && x->defined();

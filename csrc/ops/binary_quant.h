@@ -24,6 +24,10 @@ namespace detail {
 // Checks shared by the CPU and Meta kernels of every op quantizing x with a scale.
 void check_scaled_quant_args(const at::Tensor& x, const at::Tensor& scale, const char* op);
 
+// The checks of a scaled op's backward: those of the forward, and grad with x's dtype and shape.
+void check_scaled_quant_backward_args(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& scale,
+                                      const char* op);
+
 // What _binary_quant_backward computes with: x, or grad standing in for it when only x's
 // gradient (which does not depend on x) is asked; raises when the scale's is asked without x.
 const at::Tensor& binary_quant_backward_input(const at::Tensor& grad, const std::optional<at::Tensor>& x,

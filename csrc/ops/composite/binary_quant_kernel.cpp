@@ -29,13 +29,6 @@ at::Tensor clamped_binary_quant(const at::Tensor& x, const at::Tensor& scale) {
   return as_output_like(nan_where_invalid(y, positive_finite(scale)), x);
 }
 
-void check_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& scale, const char* op) {
-  ops::detail::check_scaled_quant_args(x, scale, op);
-  check_same_dtype_as_input(grad, x, op, "grad");
-  TORCH_CHECK(grad.sizes() == x.sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sizes(),
-              " must have the shape of x ", x.sizes());
-}
-
 at::Tensor reduced_to(const at::Tensor& t, const at::Tensor& param) {
   return t.sum_to_size(param.sizes()).reshape(param.sizes()).contiguous();
 }
@@ -44,7 +37,7 @@ at::Tensor reduced_to(const at::Tensor& t, const at::Tensor& param) {
 std::tuple<at::Tensor, at::Tensor> binary_quant_backward(const at::Tensor& grad, const std::optional<at::Tensor>& x,
                                                          const at::Tensor& scale, std::array<bool, 2> output_mask) {
   const at::Tensor& xr = ops::detail::binary_quant_backward_input(grad, x, output_mask);
-  check_backward(grad, xr, scale, "_binary_quant_backward");
+  ops::detail::check_scaled_quant_backward_args(grad, xr, scale, "_binary_quant_backward");
   at::Tensor gx, gs;
   if (output_mask[0]) gx = as_output_like(grad * scale, xr);
   if (output_mask[1]) gs = reduced_to(grad * binary_sign(*x), scale);
@@ -55,7 +48,7 @@ std::tuple<at::Tensor, at::Tensor> binary_quant_backward(const at::Tensor& grad,
 std::tuple<at::Tensor, at::Tensor> clamped_binary_quant_backward(const at::Tensor& grad, const at::Tensor& x,
                                                                  const at::Tensor& scale,
                                                                  std::array<bool, 2> output_mask) {
-  check_backward(grad, x, scale, "_clamped_binary_quant_backward");
+  ops::detail::check_scaled_quant_backward_args(grad, x, scale, "_clamped_binary_quant_backward");
   const ClampedToScale c = clamp_to_scale(x, scale);
   const at::Tensor g_s = grad * scale;
   const at::Tensor zero = at::zeros({}, grad.options());

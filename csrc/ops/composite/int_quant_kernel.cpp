@@ -12,13 +12,12 @@ constexpr const char* kOp = "int_quant";
 // The unfused IntQuant: t = x / s; r = round(t + z); c = tensor_clamp(r, min_int, max_int);
 // y = (c - z) * s, with max_int/min_int computed in bit_width's dtype and cast to x's.
 struct Composed {
-  at::Tensor t, q, above, below, valid;
+  at::Tensor t, q, above, below;
 };
 
 Composed compose(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                  const at::Tensor& bit_width, bool is_signed, bool narrow_range, RoundingMode mode) {
   const at::Tensor b = bit_width.reshape({});
-  const at::Tensor bd = b.to(at::kDouble);
   const bool integral = !at::isFloatingType(b.scalar_type());
   // 2^e in b's dtype: exact for every valid width.
   auto pow2 = [&](const at::Tensor& e) { return integral ? at::pow(2, e) : at::exp2(e); };
@@ -37,28 +36,35 @@ Composed compose(const at::Tensor& x, const at::Tensor& scale, const at::Tensor&
   const at::Tensor above = r > hi;
   const at::Tensor c1 = at::where(above, hi, r);
   const at::Tensor below = c1 < lo;
+  return {t, at::where(below, lo, c1), above, below};
+}
+
+// Where the CPU kernel would raise on a value: a scale not positive and finite, a non-finite
+// zero point, a bit width outside the integers [1, 32] (forward only: its NaN carries on).
+at::Tensor valid_values(const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width) {
+  const at::Tensor bd = bit_width.reshape({}).to(at::kDouble);
   const at::Tensor valid_bits = at::logical_and(at::logical_and(at::isfinite(bd), bd == at::floor(bd)),
                                                 at::logical_and(bd >= 1, bd <= 32));
-  const at::Tensor valid =
-      at::logical_and(at::logical_and(positive_finite(scale), at::isfinite(zero_point)), valid_bits);
-  return {t, at::where(below, lo, c1), above, below, valid};
+  return at::logical_and(at::logical_and(positive_finite(scale), at::isfinite(zero_point)), valid_bits);
 }
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                                            const at::Tensor& bit_width, bool is_signed, bool narrow_range,
-                                           c10::string_view rounding_mode) {
+                                           c10::string_view rounding_mode, bool with_mask) {
   ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, kOp);
   check_bit_width_dtype(bit_width, kOp);
   const Composed c =
       compose(x, scale, zero_point, bit_width, is_signed, narrow_range, parse_rounding_mode(rounding_mode, kOp));
-  const at::Tensor y = nan_where_invalid((c.q - zero_point) * scale, c.valid);
-  return {as_output_like(y, x), as_output_like(at::logical_not(at::logical_or(c.above, c.below)), x)};
+  const at::Tensor y = nan_where_invalid((c.q - zero_point) * scale, valid_values(scale, zero_point, bit_width));
+  at::Tensor mask;
+  if (with_mask) mask = as_output_like(at::logical_not(at::logical_or(c.above, c.below)), x);
+  return {as_output_like(y, x), mask};
 }
 
 at::Tensor int_quant(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                      const at::Tensor& bit_width, bool is_signed, bool narrow_range, c10::string_view rounding_mode,
                      bool /*clamp_ste: backward only*/) {
-  return std::get<0>(forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode));
+  return std::get<0>(forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, false));
 }
 
 // The gradients of the CPU kernel (csrc/ops/cpu/int_quant_kernel.cpp), each parameter's two
@@ -115,7 +121,7 @@ TORCH_LIBRARY_IMPL(brevitas_cpp, CompositeExplicitAutograd, m) {
   m.impl("_int_quant_with_mask",
          [](const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width,
             bool is_signed, bool narrow_range, c10::string_view rounding_mode) {
-           return forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode);
+           return forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, true);
          });
   m.impl("_int_quant_backward", TORCH_FN(int_quant_backward));
 }

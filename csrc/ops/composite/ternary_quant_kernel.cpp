@@ -31,10 +31,7 @@ std::tuple<at::Tensor, at::Tensor> ternary_quant_backward(const at::Tensor& grad
                                                           std::array<bool, 2> output_mask) {
   constexpr const char* op = "_ternary_quant_backward";
   ops::detail::check_threshold(threshold, op);
-  ops::detail::check_scaled_quant_args(x, scale, op);
-  check_same_dtype_as_input(grad, x, op, "grad");
-  TORCH_CHECK(grad.sizes() == x.sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sizes(),
-              " must have the shape of x ", x.sizes());
+  ops::detail::check_scaled_quant_backward_args(grad, x, scale, op);
   at::Tensor gx, gs;
   if (output_mask[0]) gx = as_output_like((grad * scale) * mask(x, scale, threshold), x);
   if (output_mask[1]) {

@@ -31,10 +31,7 @@ template <typename Fn>
 std::tuple<at::Tensor, at::Tensor> scaled_quant_backward(const at::Tensor& grad, const at::Tensor& x,
                                                          const at::Tensor& scale, std::array<bool, 2> output_mask,
                                                          const char* op, const Fn& fn) {
-  ops::detail::check_scaled_quant_args(x, scale, op);
-  check_same_dtype_as_input(grad, x, op, "grad");
-  TORCH_CHECK(grad.sizes() == x.sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sizes(),
-              " must have the shape of x ", x.sizes());
+  ops::detail::check_scaled_quant_backward_args(grad, x, scale, op);
   at::Tensor gx = output_mask[0] ? empty_output_like(x) : at::Tensor();
   at::Tensor gs;
   const at::Tensor layout = gx.defined() ? gx : dense_or_contiguous(x);

@@ -77,10 +77,7 @@ template <typename Op>
 std::tuple<at::Tensor, at::Tensor> scaled_quant_backward_cuda(const at::Tensor& grad, const at::Tensor& x,
                                                               const at::Tensor& scale, std::array<bool, 2> output_mask,
                                                               const char* op_name, Op op) {
-  ops::detail::check_scaled_quant_args(x, scale, op_name);
-  check_same_dtype_as_input(grad, x, op_name, "grad");
-  TORCH_CHECK(grad.sizes() == x.sizes(), "brevitas_cpp::", op_name, ": grad of shape ", grad.sizes(),
-              " must have the shape of x ", x.sizes());
+  ops::detail::check_scaled_quant_backward_args(grad, x, scale, op_name);
   check_same_device(x, {{&grad, "grad"}}, op_name);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor gx = output_mask[0] ? empty_output_like(x) : at::Tensor();

@@ -61,7 +61,50 @@ def _check_scriptable(layer: TruncMixin) -> None:
             "plain tensors on that grid", "Trace the model instead.")
 
 
-class TruncAvgPool2d(TruncMixin, QuantLayerMixin, AvgPool2d):
+class _TruncAvgPoolBase(TruncMixin, QuantLayerMixin):
+    """What the truncating poolings share: the forward (pool, then requantize the accumulator)
+    and the inference cache of a quantized input's metadata. Subclasses define _pool."""
+
+    def _init_trunc_avg_pool(self, trunc_quant: Optional[AccQuantType],
+                             return_quant_tensor: bool, **kwargs) -> None:
+        QuantLayerMixin.__init__(self, return_quant_tensor)
+        TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
+        self.cache_inference_quant_act = False
+        self.cache_quant_io_metadata_only = True
+        # Optional[_CachedIO]; not annotated here: TorchScript warns about instance annotations.
+        self.cache_class = None
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return True
+
+    @property
+    def requires_export_handler(self) -> bool:
+        return True
+
+    def __prepare_scriptable__(self) -> "_TruncAvgPoolBase":
+        _check_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    def _pool(self, x: Tensor) -> Tensor:
+        """The float pooling; on an IntQuantTensor its handler gives the accumulator."""
+        raise NotImplementedError(f"{type(self).__name__} does not define _pool")
+
+    # input: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
+    def forward(self, input: Tensor):
+        if torch.jit.is_scripting():
+            # Truncation is off (checked by __prepare_scriptable__): the float pooling.
+            return self._pool(input)
+        x = self.unpack_input(input)
+        qx = _input_to_requantize(self, x)
+        if qx is not None:
+            y = self.trunc_quant(self._pool(qx))
+        else:
+            y = self._pool(_unpack_quant_tensor(x))
+        return self.pack_output(y)
+
+
+class TruncAvgPool2d(_TruncAvgPoolBase, AvgPool2d):
     """AvgPool2d whose division by the window size is a requantization by ``trunc_quant``.
 
     Needs a QuantTensor input to requantize (a plain Tensor is pooled in float); returns a
@@ -85,20 +128,7 @@ class TruncAvgPool2d(TruncMixin, QuantLayerMixin, AvgPool2d):
             ceil_mode=ceil_mode,
             count_include_pad=count_include_pad,
             divisor_override=divisor_override)
-        QuantLayerMixin.__init__(self, return_quant_tensor)
-        TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
-        self.cache_inference_quant_act = False
-        self.cache_quant_io_metadata_only = True
-        # Optional[_CachedIO]; not annotated here: TorchScript warns about instance annotations.
-        self.cache_class = None
-
-    @property
-    def channelwise_separable(self) -> bool:
-        return True
-
-    @property
-    def requires_export_handler(self) -> bool:
-        return True
+        self._init_trunc_avg_pool(trunc_quant, return_quant_tensor, **kwargs)
 
     @property
     def _avg_scaling(self) -> int:
@@ -108,27 +138,12 @@ class TruncAvgPool2d(TruncMixin, QuantLayerMixin, AvgPool2d):
             return self.kernel_size[0] * self.kernel_size[1]
         return self.kernel_size * self.kernel_size
 
-    def __prepare_scriptable__(self) -> "TruncAvgPool2d":
-        _check_scriptable(self)
-        return super().__prepare_scriptable__()
-
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                                self.count_include_pad, self.divisor_override)
-        x = self.unpack_input(input)
-        qx = _input_to_requantize(self, x)
-        if qx is not None:
-            # AvgPool2d on a QuantTensor dispatches to its avg_pool2d handler: the accumulator.
-            y = self.trunc_quant(AvgPool2d.forward(self, qx))
-        else:
-            y = AvgPool2d.forward(self, _unpack_quant_tensor(x))
-        return self.pack_output(y)
+    def _pool(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
 
 
-class TruncAdaptiveAvgPool2d(TruncMixin, QuantLayerMixin, AdaptiveAvgPool2d):
+class TruncAdaptiveAvgPool2d(_TruncAvgPoolBase, AdaptiveAvgPool2d):
     """AdaptiveAvgPool2d whose division is a requantization by ``trunc_quant``; the window is
     that of the fixed pooling the adaptive one amounts to (compute_kernel_size_stride). Same
     input/output conventions as TruncAvgPool2d."""
@@ -140,20 +155,7 @@ class TruncAdaptiveAvgPool2d(TruncMixin, QuantLayerMixin, AdaptiveAvgPool2d):
             return_quant_tensor: bool = True,
             **kwargs) -> None:
         AdaptiveAvgPool2d.__init__(self, output_size=output_size)
-        QuantLayerMixin.__init__(self, return_quant_tensor)
-        TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
-        self.cache_inference_quant_act = False
-        self.cache_quant_io_metadata_only = True
-        # Optional[_CachedIO]; not annotated here: TorchScript warns about instance annotations.
-        self.cache_class = None
-
-    @property
-    def channelwise_separable(self) -> bool:
-        return True
-
-    @property
-    def requires_export_handler(self) -> bool:
-        return True
+        self._init_trunc_avg_pool(trunc_quant, return_quant_tensor, **kwargs)
 
     @property
     def padding(self) -> int:
@@ -165,19 +167,5 @@ class TruncAdaptiveAvgPool2d(TruncMixin, QuantLayerMixin, AdaptiveAvgPool2d):
         input_shape to output_shape."""
         return compute_adaptive_kernel_size_stride(input_shape, output_shape)
 
-    def __prepare_scriptable__(self) -> "TruncAdaptiveAvgPool2d":
-        _check_scriptable(self)
-        return super().__prepare_scriptable__()
-
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            return F.adaptive_avg_pool2d(input, self.output_size)
-        x = self.unpack_input(input)
-        qx = _input_to_requantize(self, x)
-        if qx is not None:
-            y = self.trunc_quant(AdaptiveAvgPool2d.forward(self, qx))
-        else:
-            y = AdaptiveAvgPool2d.forward(self, _unpack_quant_tensor(x))
-        return self.pack_output(y)
+    def _pool(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.output_size)

@@ -15,16 +15,12 @@ from torch.nn import Conv1d, Conv2d, Conv3d
 from torch.nn import functional as F
 
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
-from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
 from .quant_layer import ActQuantType, BiasQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
 from .quant_layer import WeightQuantType
 
 __all__ = ["QuantConv1d", "QuantConv2d", "QuantConv3d"]
-
-_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-
 
 def _same_padded_strided(padding, padding_mode: str, stride) -> Tuple[object, bool]:
     """(padding for the torch constructor, whether forward pads itself): torch only accepts
@@ -38,7 +34,7 @@ def _same_padded_strided(padding, padding_mode: str, stride) -> Tuple[object, bo
 def _same_pad_amounts(spatial: List[int], kernel: List[int], stride: List[int],
                       dilation: List[int]) -> List[int]:
     """F.pad amounts (last dim first) giving ceil(size / stride) outputs per spatial dim, the odd
-    element of padding at the end. Plain TorchScript, for the eager and the scripted forward."""
+    element of padding at the end. Plain TorchScript: the forward of every mode runs it."""
     pads: List[int] = []
     for j in range(len(stride)):
         i = len(stride) - 1 - j
@@ -82,51 +78,16 @@ class _QuantConvNd(object):
     def channelwise_separable(self) -> bool:
         return self.groups == self.in_channels
 
-    def _same_zeros_pad(self, x: Union[Tensor, QuantTensor], weight_shape) -> List[int]:
-        """F.pad amounts (last dim first) for 'same' output size with this stride."""
-        n = len(self.kernel_size)
-        return _same_pad_amounts(list(_unpack_quant_tensor(x).shape[-n:]),
-                                 list(weight_shape[-n:]), list(self.stride), list(self.dilation))
-
-    def __prepare_scriptable__(self) -> "_QuantConvNd":
-        # Lists for the TorchScript path, which indexes them with a loop variable (a tuple
-        # constant can only be indexed with a constant).
-        self._script_stride = list(self.stride)
-        self._script_dilation = list(self.dilation)
-        return super().__prepare_scriptable__()
-
-    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
-                                   quant_bias: Optional[Tensor],
-                                   output_size: Optional[List[int]]) -> Tensor:
+    def inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
+                           quant_bias: Optional[Tensor]) -> Tensor:
         if self.is_same_padded_strided:
-            n = len(self._script_stride)
-            pads = _same_pad_amounts(x.shape[-n:], quant_weight.shape[-n:], self._script_stride,
-                                     self._script_dilation)
+            n = len(self.kernel_size)
+            pads = _same_pad_amounts(list(x.shape[-n:]), list(quant_weight.shape[-n:]),
+                                     list(self.stride), list(self.dilation))
             if any([p > 0 for p in pads]):
                 x = F.pad(x, pads)
-        # A strided 'same' conv is built with padding 0: _conv_forward then convolves the
-        # padded input exactly as inner_forward_impl does.
+        # A strided 'same' conv is built with padding 0: _conv_forward convolves the padded input.
         return self._conv_forward(x, quant_weight, quant_bias)
-
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            return self._script_forward_impl(input)
-        return self.forward_impl(input)
-
-    def inner_forward_impl(self, x: Union[Tensor, QuantTensor],
-                           quant_weight: Union[Tensor, QuantTensor],
-                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
-        # QuantTensor operands dispatch to the QuantTensor handlers (pad keeps the input's
-        # quantization; conv works out the output scale and accumulator bit width).
-        if not self.is_same_padded_strided:
-            return self._conv_forward(x, quant_weight, quant_bias)
-        pads = self._same_zeros_pad(x, _unpack_quant_tensor(quant_weight).shape)
-        if any(p > 0 for p in pads):
-            x = F.pad(x, pads)
-        conv = _CONV[len(self.kernel_size)]
-        return conv(x, quant_weight, quant_bias, self.stride, 0, self.dilation, self.groups)
 
 
 class QuantConv1d(_QuantConvNd, QuantWBIOL, Conv1d):

@@ -18,9 +18,6 @@ from .quant_layer import WeightQuantType
 
 __all__ = ["QuantConvTranspose1d", "QuantConvTranspose2d", "QuantConvTranspose3d"]
 
-_CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
-
-
 class _QuantConvTransposeNd(object):
     """What QuantConvTranspose1d/2d/3d share; each also derives from QuantWBIOL and its torch
     layer (which already rejects padding modes other than 'zeros')."""
@@ -42,7 +39,6 @@ class _QuantConvTransposeNd(object):
             self, weight_quant=weight_quant, bias_quant=bias_quant, input_quant=input_quant,
             output_quant=output_quant, return_quant_tensor=return_quant_tensor, device=device,
             dtype=dtype, **kwargs)
-        self._output_size = None
 
     @property
     def per_elem_ops(self) -> int:
@@ -57,73 +53,39 @@ class _QuantConvTransposeNd(object):
     def channelwise_separable(self) -> bool:
         return self.groups == self.out_channels
 
-    def forward(self, input: Union[Tensor, IntQuantTensor],
+    # input: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
+    def forward(self, input: Tensor,
                 output_size: Optional[List[int]] = None):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            return self._script_forward_impl(input, output_size)
-        return self._eager_forward(input, output_size)
+        return self.forward_impl(input, output_size)
 
-    def _eager_forward(self, input: Union[Tensor, QuantTensor],
-                       output_size: Optional[List[int]]) -> Union[Tensor, QuantTensor]:
-        # Out of forward: TorchScript parses forward whole, and can not parse try/finally.
-        # forward_impl takes one argument: output_size reaches inner_forward_impl through self.
-        self._output_size = output_size
-        try:
-            return self.forward_impl(input)
-        finally:
-            self._output_size = None
+    def _float_op(self, x: Tensor, quant_weight: Tensor, quant_bias: Optional[Tensor],
+                  output_size: Optional[List[int]]) -> Tensor:
+        return self.inner_forward_impl(x, quant_weight, quant_bias, output_size)
 
-    def __prepare_scriptable__(self) -> "_QuantConvTransposeNd":
-        # torch's _output_padding takes lists.
-        self._script_stride = list(self.stride)
-        self._script_padding = list(self.padding)
-        self._script_kernel_size = list(self.kernel_size)
-        self._script_dilation = list(self.dilation)
-        return super().__prepare_scriptable__()
-
-    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
-                                   quant_bias: Optional[Tensor],
-                                   output_size: Optional[List[int]]) -> Tensor:
-        n = len(self._script_kernel_size)
-        output_padding = self._output_padding(x, output_size, self._script_stride,
-                                              self._script_padding, self._script_kernel_size, n,
-                                              self._script_dilation)
-        if n == 1:
-            return F.conv_transpose1d(x, quant_weight, quant_bias, self._script_stride,
-                                      self._script_padding, output_padding, self.groups,
-                                      self._script_dilation)
-        if n == 2:
-            return F.conv_transpose2d(x, quant_weight, quant_bias, self._script_stride,
-                                      self._script_padding, output_padding, self.groups,
-                                      self._script_dilation)
-        return F.conv_transpose3d(x, quant_weight, quant_bias, self._script_stride,
-                                  self._script_padding, output_padding, self.groups,
-                                  self._script_dilation)
+    def _output_padding_for(self, x: Tensor, output_size: Optional[List[int]]) -> List[int]:
+        # With the dilation, as torch's own forward does (Brevitas 0.12 leaves it out).
+        return self._output_padding(x, output_size, list(self.stride), list(self.padding),
+                                    list(self.kernel_size), len(self.kernel_size),
+                                    list(self.dilation))
 
     def compute_output_padding(self, inp: Union[Tensor, QuantTensor],
                                output_size: Optional[List[int]]) -> List[int]:
-        # With the dilation, as torch's own forward does (Brevitas 0.12 leaves it out).
-        return self._output_padding(
-            _unpack_quant_tensor(inp), output_size, self.stride, self.padding, self.kernel_size,
-            len(self.kernel_size), self.dilation)
+        return self._output_padding_for(_unpack_quant_tensor(inp), output_size)
 
-    def inner_forward_impl(self, x: Union[Tensor, QuantTensor],
-                           quant_weight: Union[Tensor, QuantTensor],
-                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
-        output_padding = self.compute_output_padding(x, self._output_size)
-        conv_transpose = _CONV_TRANSPOSE[len(self.kernel_size)]
-        # QuantTensor operands dispatch to the QuantTensor handler (output scale, bit width).
-        return conv_transpose(
-            x,
-            quant_weight,
-            quant_bias,
-            stride=self.stride,
-            padding=self.padding,
-            output_padding=output_padding,
-            groups=self.groups,
-            dilation=self.dilation)
+    def inner_forward_impl(self, x: Tensor, quant_weight: Tensor, quant_bias: Optional[Tensor],
+                           output_size: Optional[List[int]] = None) -> Tensor:
+        output_padding = self._output_padding_for(x, output_size)
+        n = len(self.kernel_size)
+        # Lists: TorchScript passes no tuple attribute to an int[] argument.
+        stride, padding, dilation = list(self.stride), list(self.padding), list(self.dilation)
+        if n == 1:
+            return F.conv_transpose1d(x, quant_weight, quant_bias, stride, padding,
+                                      output_padding, self.groups, dilation)
+        if n == 2:
+            return F.conv_transpose2d(x, quant_weight, quant_bias, stride, padding,
+                                      output_padding, self.groups, dilation)
+        return F.conv_transpose3d(x, quant_weight, quant_bias, stride, padding, output_padding,
+                                  self.groups, dilation)
 
 
 class QuantConvTranspose1d(_QuantConvTransposeNd, QuantWBIOL, ConvTranspose1d):

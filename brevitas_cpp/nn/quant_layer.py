@@ -6,12 +6,12 @@
   QuantConv2d...). Its forward quantizes the input, the weight, then the bias (whose scale may
   come from input scale x weight scale), runs the float op on them and quantizes the output.
 
-Two paths compute the same values. The QuantTensor path wraps every quantized tensor in an
-IntQuantTensor and lets the torch handlers derive the output's scale and bit width; it serves
-QuantTensor inputs, return_quant_tensor=True, inference caches, proxy hooks and export. When
-none of these is asked for (``_takes_tuple_path``: the usual QAT step), the layers run on the
-proxies' (value, scale, zero_point, bit_width) tuples instead, the code TorchScript compiles:
-no QuantTensor is built and no metadata is computed only to be discarded.
+Each forward is written once and runs in eager mode, under torch.jit.script and under
+torch.compile. The proxies hand the layer (value, scale, zero_point, bit_width) tuples
+(``quantize``), and the float op runs on the values. Where a QuantTensor is wanted (eager mode
+only: return_quant_tensor=True or a QuantTensor input) the proxies return IntQuantTensors, which
+are such tuples too, and the float op runs on them, so that its torch handler derives the
+output's scale and bit width.
 """
 
 from typing import Any, Dict, List, Optional, Type, Union
@@ -19,9 +19,8 @@ from typing import Any, Dict, List, Optional, Type, Union
 import torch
 from torch import Tensor
 from torch.nn import Module
-from torch.nn.modules import module as _torch_module
 
-from brevitas_cpp.proxy.script import script_error
+from brevitas_cpp.proxy.script import QuantTuple, quant_operand, script_error
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
 from .mixin import (
@@ -66,29 +65,6 @@ def act_quant_dtype_device(layer: Any, kwargs: Dict[str, Any], dtype: Optional[t
     return {**kwargs, **extra}
 
 
-def _global_module_hooks() -> bool:
-    """Whether hooks were registered for every module (which the proxies' __call__ runs)."""
-    return bool(_torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks
-                or _torch_module._global_backward_hooks
-                or _torch_module._global_backward_pre_hooks)
-
-
-def _tuple_forward_ok(proxy: Any) -> bool:
-    """proxy._tuple_forward_ok(), False for a shared proxy that is not one of ours."""
-    ok = getattr(proxy, "_tuple_forward_ok", None)
-    return ok is not None and ok()
-
-
-def _takes_tuple_path(layer: Any, inp: Any) -> bool:
-    """Whether nothing asks a layer's forward for QuantTensor metadata, so that it can run on
-    its proxies' (value, scale, ...) tuples: a plain Tensor input (a QuantTensor brings its own
-    scale), plain output (return_quant_tensor=False) and proxies that say their tuple path is
-    exact (see QuantProxyFromInjector._tuple_forward_ok). The values are the same either way:
-    the QuantTensor path runs the same quantizers and float op on the same values."""
-    return (not layer.return_quant_tensor and isinstance(inp, Tensor)
-            and not _global_module_hooks())
-
-
 class QuantNonLinearActLayer(QuantNonLinearActMixin, QuantInputMixin, QuantLayerMixin, Module):
     """Quantized activation: ``act_quant(act_impl(input_quant(x)))``. Unprefixed keywords
     configure act_quant, ``input_*`` ones input_quant."""
@@ -110,22 +86,13 @@ class QuantNonLinearActLayer(QuantNonLinearActMixin, QuantInputMixin, QuantLayer
     def channelwise_separable(self) -> bool:
         return True
 
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            return self._tuple_forward(input)
-        if (_takes_tuple_path(self, input) and _tuple_forward_ok(self.input_quant)
-                and _tuple_forward_ok(self.act_quant)):
-            return self._tuple_forward(input)
-        input = self.unpack_input(input)
-        quant_input = self.input_quant(input)
-        out = self.act_quant(quant_input)
-        return self.pack_output(out)
-
-    def _tuple_forward(self, input: Tensor) -> Tensor:
-        """forward on values, for TorchScript and for eager calls that need no QuantTensor."""
-        return self.act_quant._script_forward(self.input_quant._script_forward(input)[0])[0]
+    # input: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
+    def forward(self, input: Tensor):
+        as_quant_tensor = self._wants_quant_tensor(input)
+        quant_input = self.input_quant.quantize(input, as_quant_tensor)
+        quant_output = self.act_quant.quantize(quant_operand(quant_input, as_quant_tensor),
+                                               as_quant_tensor)
+        return self._layer_output(quant_output)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
@@ -224,65 +191,45 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
                     f"or use a bias quantizer with its own scale.")
         return super().__prepare_scriptable__()
 
-    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
-                                   quant_bias: Optional[Tensor],
-                                   output_size: Optional[List[int]]) -> Tensor:
-        """The float op on Tensors, for the TorchScript path (output_size: transposed convs)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define "
-                                  f"_script_inner_forward_impl")
+    # input: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
+    def forward(self, input: Tensor):
+        return self.forward_impl(input)
 
-    def _script_forward_impl(self, x: Tensor, output_size: Optional[List[int]] = None) -> Tensor:
-        """forward_impl on values: the proxies exchange (value, scale, zero_point, bit_width)
-        tuples, and the bias takes input scale x weight scale from the layer's own input
-        quantizer when it needs it (checked by __prepare_scriptable__). TorchScript's path, and
-        eager forward_impl's when nothing needs QuantTensor metadata (_takes_tuple_path)."""
-        quant_input, input_scale, _, _ = self.input_quant._script_forward(x)
-        quant_weight, weight_scale, _, _ = self.weight_quant._script_forward(self.weight)
+    def _float_op(self, x: Tensor, quant_weight: Tensor, quant_bias: Optional[Tensor],
+                  output_size: Optional[List[int]]) -> Tensor:
+        """inner_forward_impl; transposed convolutions also take output_size."""
+        return self.inner_forward_impl(x, quant_weight, quant_bias)
+
+    # Annotated as what TorchScript accepts: in eager mode inp and the output may be QuantTensors.
+    def forward_impl(self, inp: Tensor, output_size: Optional[List[int]] = None) -> Tensor:
+        """Quantize the input, the weight and the bias (whose scale may be input scale x weight
+        scale), run the float op on them and quantize its output. With QuantTensor operands
+        (eager mode, when a QuantTensor is wanted) the float op's torch handler also derives the
+        accumulator's scale and bit width, which an unquantized output keeps."""
+        as_quant_tensor = self._wants_quant_tensor(inp)
+        quant_input = self.input_quant.quantize(inp, as_quant_tensor)
+        quant_weight = self.weight_quant.quantize(self.weight, quant_input, as_quant_tensor)
         bias = self.bias
         if bias is None:
             quant_bias: Optional[Tensor] = None
         else:
-            quant_bias = self.bias_quant._script_forward(
-                bias, quant_input, input_scale, weight_scale)[0]
+            quant_bias = quant_operand(
+                self.bias_quant.quantize(bias, quant_input, quant_weight, as_quant_tensor),
+                as_quant_tensor)
+        output = self._float_op(quant_operand(quant_input, as_quant_tensor),
+                                quant_operand(quant_weight, as_quant_tensor), quant_bias,
+                                output_size)
+        return self._layer_output(self.output_quant.quantize(output, as_quant_tensor))
+
+    def _layer_output(self, quant_output: QuantTuple) -> Tensor:
         if torch.jit.is_scripting():
-            output = self._script_inner_forward_impl(quant_input, quant_weight, quant_bias,
-                                                     output_size)
-        else:
-            # The float op the QuantTensor path runs (its handlers call it on the values); the
-            # _script_ variant reads attributes set only when scripting.
-            output = self.inner_forward_impl(quant_input, quant_weight, quant_bias)
-        return self.output_quant._script_forward(output)[0]
-
-    def _takes_tuple_path(self, inp: Union[Tensor, QuantTensor]) -> bool:
-        if not (_takes_tuple_path(self, inp) and _tuple_forward_ok(self.input_quant)
-                and _tuple_forward_ok(self.weight_quant)
-                and _tuple_forward_ok(self.output_quant)):
-            return False
-        return self.bias is None or _tuple_forward_ok(self.bias_quant)
-
-    def forward_impl(self, inp: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
-        if self._takes_tuple_path(inp):
-            return self._script_forward_impl(inp)
-        inp = self.unpack_input(inp)
-        quant_input = self.input_quant(inp)
-        quant_weight = self.quant_weight(quant_input)
-
-        produces_quant_tensor = isinstance(quant_input, QuantTensor) and isinstance(
-            quant_weight, QuantTensor)
-        if self.return_quant_tensor and not (produces_quant_tensor or
-                                             self.output_quant.is_quant_enabled):
+            return quant_output[0]
+        if self.return_quant_tensor and not isinstance(quant_output, QuantTensor):
             raise RuntimeError(
                 f"{type(self).__name__}: return_quant_tensor=True, but there is no quantized "
                 f"output to return: quantize the output (output_quant=...), or both the input "
                 f"(input_quant=... or a QuantTensor input) and the weight")
-
-        if self.bias is not None:
-            quant_bias = self.bias_quant(self.bias, quant_input, quant_weight)
-        else:
-            quant_bias = None
-        output_tensor = self.inner_forward_impl(quant_input, quant_weight, quant_bias)
-        quant_output = self.output_quant(output_tensor)
-        return self.pack_output(quant_output)
+        return QuantInputOutputLayer._layer_output(self, quant_output)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):

@@ -1,7 +1,7 @@
 """QuantLinear: torch.nn.Linear with quantized weight (Int8WeightPerTensorFloat by default) and
 optional bias, input and output quantization."""
 
-from typing import List, Optional, Union
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -9,7 +9,6 @@ from torch.nn import Linear
 from torch.nn.functional import linear
 
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
-from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
 from .quant_layer import ActQuantType, BiasQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
@@ -63,21 +62,6 @@ class QuantLinear(QuantWBIOL, Linear):
     def channelwise_separable(self) -> bool:
         return False
 
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            return self._script_forward_impl(input)
-        return self.forward_impl(input)
-
-    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
-                                   quant_bias: Optional[Tensor],
-                                   output_size: Optional[List[int]]) -> Tensor:
-        return linear(x, quant_weight, quant_bias)
-
-    def inner_forward_impl(self, x: Union[Tensor, QuantTensor],
-                           quant_weight: Union[Tensor, QuantTensor],
-                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
-        # QuantTensor operands dispatch to the QuantTensor handler, which also works out the
-        # output scale (input scale x weight scale) and accumulator bit width.
+    def inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
+                           quant_bias: Optional[Tensor]) -> Tensor:
         return linear(x, quant_weight, quant_bias)

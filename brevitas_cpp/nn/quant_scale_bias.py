@@ -19,7 +19,7 @@ from .quant_layer import WeightQuantType
 __all__ = ["ScaleBias", "QuantScaleBias"]
 
 
-def _biased_mul(x, weight, bias):
+def _biased_mul(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     out = x * weight
     if bias is not None:
         out = out + bias
@@ -89,37 +89,17 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
     def channelwise_separable(self) -> bool:
         return True
 
-    def __prepare_scriptable__(self) -> "QuantScaleBias":
-        # A list for view() in TorchScript (runtime_shape may be any sequence).
-        self._script_runtime_shape = [int(d) for d in self.runtime_shape]
-        return super().__prepare_scriptable__()
-
-    def forward(self, inp: Union[Tensor, IntQuantTensor]):
+    def _wants_quant_tensor(self, inp: Tensor) -> bool:
         if torch.jit.is_scripting():
-            assert isinstance(inp, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            return self._script_forward_impl(inp)
-        return self.forward_impl(inp)
-
-    def _takes_tuple_path(self, inp: Union[Tensor, QuantTensor]) -> bool:
-        # With a quantized bias, the QuantTensor sum x * weight + bias checks in eval that the
-        # bias is on the product's grid (an error otherwise, as in Brevitas): keep that path.
-        if self.bias is not None and self.bias_quant.is_quant_enabled:
             return False
-        return super()._takes_tuple_path(inp)
+        # With a quantized bias, the QuantTensor sum x * weight + bias checks in eval that the
+        # bias is on the product's grid (an error otherwise, as in Brevitas).
+        quant_bias = self.bias is not None and self.bias_quant.is_quant_enabled
+        return QuantWBIOL._wants_quant_tensor(self, inp) or quant_bias
 
-    def _script_inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
-                                   quant_bias: Optional[Tensor],
-                                   output_size: Optional[List[int]]) -> Tensor:
-        out = x * quant_weight.view(self._script_runtime_shape)
-        if quant_bias is not None:
-            out = out + quant_bias.view(self._script_runtime_shape)
-        return out
-
-    def inner_forward_impl(self, input: Union[Tensor, QuantTensor],
-                           quant_weight: Union[Tensor, QuantTensor],
-                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
-        quant_weight = quant_weight.view(self.runtime_shape)
-        if quant_bias is not None:
-            quant_bias = quant_bias.view(self.runtime_shape)
-        return _biased_mul(input, quant_weight, quant_bias)
+    def inner_forward_impl(self, input: Tensor, quant_weight: Tensor,
+                           quant_bias: Optional[Tensor]) -> Tensor:
+        shape = list(self.runtime_shape)
+        if quant_bias is None:
+            return _biased_mul(input, quant_weight.view(shape), None)
+        return _biased_mul(input, quant_weight.view(shape), quant_bias.view(shape))

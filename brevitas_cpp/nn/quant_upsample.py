@@ -17,7 +17,7 @@ from torch.nn.functional import interpolate
 from brevitas_cpp.function import round_ste
 from brevitas_cpp.nn.mixin.base import QuantLayerMixin
 from brevitas_cpp.proxy.script import script_error
-from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
+from brevitas_cpp.quant_tensor import QuantTensor
 
 __all__ = ["QuantUpsample", "QuantUpsamplingBilinear2d", "QuantUpsamplingNearest2d"]
 
@@ -48,7 +48,32 @@ def _check_scriptable(layer: Upsample) -> None:
             f"needs a QuantTensor input", "Trace the model instead; mode='nearest' scripts.")
 
 
-class QuantUpsample(QuantLayerMixin, Upsample):
+class _QuantUpsampleBase(QuantLayerMixin):
+    """What the upsampling layers share: the forward (rounding to the grid in any mode but
+    'nearest') and what scripts."""
+
+    @property
+    def channelwise_separable(self) -> bool:
+        return True
+
+    @property
+    def requires_export_handler(self) -> bool:
+        return False
+
+    def __prepare_scriptable__(self) -> "_QuantUpsampleBase":
+        _check_scriptable(self)
+        return super().__prepare_scriptable__()
+
+    # input: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
+    def forward(self, input: Tensor):
+        if torch.jit.is_scripting():
+            # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
+            return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
+        x = self.unpack_input(input)
+        return self.pack_output(_upsample(self, x, round_to_grid=self.mode != 'nearest'))
+
+
+class QuantUpsample(_QuantUpsampleBase, Upsample):
     """nn.Upsample on QuantTensors: 'nearest' keeps the input's quantization; other modes round
     the interpolated values to the input's scale (QuantTensor input required)."""
 
@@ -63,81 +88,18 @@ class QuantUpsample(QuantLayerMixin, Upsample):
             self, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners)
         QuantLayerMixin.__init__(self, return_quant_tensor)
 
-    @property
-    def channelwise_separable(self) -> bool:
-        return True
 
-    @property
-    def requires_export_handler(self) -> bool:
-        return False
-
-    def __prepare_scriptable__(self) -> "QuantUpsample":
-        _check_scriptable(self)
-        return super().__prepare_scriptable__()
-
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
-            return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
-        x = self.unpack_input(input)
-        return self.pack_output(_upsample(self, x, round_to_grid=self.mode != 'nearest'))
-
-
-class QuantUpsamplingBilinear2d(QuantLayerMixin, UpsamplingBilinear2d):
+class QuantUpsamplingBilinear2d(_QuantUpsampleBase, UpsamplingBilinear2d):
     """nn.UpsamplingBilinear2d (align_corners=True) on a QuantTensor, rounded to its scale."""
 
     def __init__(self, size=None, scale_factor=None, return_quant_tensor: bool = True) -> None:
         UpsamplingBilinear2d.__init__(self, size=size, scale_factor=scale_factor)
         QuantLayerMixin.__init__(self, return_quant_tensor)
 
-    @property
-    def channelwise_separable(self) -> bool:
-        return True
 
-    @property
-    def requires_export_handler(self) -> bool:
-        return False
-
-    def __prepare_scriptable__(self) -> "QuantUpsamplingBilinear2d":
-        _check_scriptable(self)
-        return super().__prepare_scriptable__()
-
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
-            return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
-        x = self.unpack_input(input)
-        return self.pack_output(_upsample(self, x, round_to_grid=True))
-
-
-class QuantUpsamplingNearest2d(QuantLayerMixin, UpsamplingNearest2d):
+class QuantUpsamplingNearest2d(_QuantUpsampleBase, UpsamplingNearest2d):
     """nn.UpsamplingNearest2d: copies values, so a QuantTensor keeps its quantization."""
 
     def __init__(self, size=None, scale_factor=None, return_quant_tensor: bool = True) -> None:
         UpsamplingNearest2d.__init__(self, size=size, scale_factor=scale_factor)
         QuantLayerMixin.__init__(self, return_quant_tensor)
-
-    @property
-    def channelwise_separable(self) -> bool:
-        return True
-
-    @property
-    def requires_export_handler(self) -> bool:
-        return False
-
-    def __prepare_scriptable__(self) -> "QuantUpsamplingNearest2d":
-        _check_scriptable(self)
-        return super().__prepare_scriptable__()
-
-    def forward(self, input: Union[Tensor, IntQuantTensor]):
-        if torch.jit.is_scripting():
-            assert isinstance(input, Tensor), (
-                "scripted quant layers take Tensors, not QuantTensors")
-            # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
-            return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
-        x = self.unpack_input(input)
-        return self.pack_output(_upsample(self, x, round_to_grid=False))

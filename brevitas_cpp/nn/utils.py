@@ -7,6 +7,8 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
+from brevitas_cpp.function.shape import channel_view_shape
+
 __all__ = [
     "compute_channel_view_shape",
     "mul_add_from_bn",
@@ -19,10 +21,8 @@ __all__ = [
 
 def compute_channel_view_shape(tensor: Tensor, channel_dim: int) -> Tuple[int, ...]:
     """A shape of tensor's rank with -1 at channel_dim and 1 elsewhere, to broadcast a
-    per-channel vector against tensor."""
-    shape = [1] * tensor.dim()
-    shape[channel_dim] = -1
-    return tuple(shape)
+    per-channel vector against tensor (Brevitas's name for channel_view_shape)."""
+    return tuple(channel_view_shape(tensor.dim(), channel_dim))
 
 
 def mul_add_from_bn(bn_mean: Tensor, bn_var: Tensor, bn_eps: float, bn_weight: Tensor,

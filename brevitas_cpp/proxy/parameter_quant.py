@@ -14,9 +14,14 @@ from torch import Tensor, nn
 from brevitas_cpp import config
 from brevitas_cpp.core.function_wrapper import Identity
 from brevitas_cpp.function import max_int
-from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector, QuantProxyProtocol
-from brevitas_cpp.proxy.script import QuantTuple, script_error
-from brevitas_cpp.proxy.utils import _CachedIO, compute_channel_view_shape, is_broadcastable
+from brevitas_cpp.function.shape import accumulator_channel_dim, accumulator_scale
+from brevitas_cpp.proxy.quant_proxy import (
+    QuantProxyFromInjector,
+    QuantProxyProtocol,
+    wraps_quant_tuple,
+)
+from brevitas_cpp.proxy.script import QuantTuple, as_quant_tuple, script_error
+from brevitas_cpp.proxy.utils import _CachedIO
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
 __all__ = [
@@ -36,6 +41,10 @@ class WeightQuantProxyProtocol(QuantProxyProtocol, Protocol):
     def forward(self, x: torch.Tensor) -> QuantTensor:
         ...
 
+    def quantize(self, x: Tensor, quant_input: Optional[QuantTuple] = None,
+                 as_quant_tensor: bool = False) -> QuantTuple:
+        ...
+
 
 @runtime_checkable
 class BiasQuantProxyProtocol(QuantProxyProtocol, Protocol):
@@ -44,6 +53,10 @@ class BiasQuantProxyProtocol(QuantProxyProtocol, Protocol):
     def forward(
             self, x: Tensor, input_scale: Optional[Tensor],
             input_bit_width: Optional[Tensor]) -> QuantTensor:
+        ...
+
+    def quantize(self, x: Tensor, quant_input: QuantTuple, quant_weight: QuantTuple,
+                 as_quant_tensor: bool = False) -> QuantTuple:
         ...
 
 
@@ -142,8 +155,9 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
                                "Use a weight quantizer that does not (requires_quant_input).")
         return super().__prepare_scriptable__()
 
-    def _script_forward(self, x: Tensor) -> QuantTuple:
-        """The TorchScript path of forward: (value, scale, zero_point, bit_width)."""
+    def quant_tuple(self, x: Tensor) -> QuantTuple:
+        """The quantizer on x: (value, scale, zero_point, bit_width), with None metadata when
+        nothing is quantized. What forward wraps, and what layers call."""
         # Static under TorchScript: tensor_quant is None (a NoneType attribute) or a module.
         if self.tensor_quant is None:
             return x, None, None, None
@@ -152,26 +166,33 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
         value, scale, zero_point, bit_width = self.tensor_quant(x)
         return value, scale, zero_point, bit_width
 
-    def _tuple_forward_ok(self) -> bool:
-        # forward returns _script_forward's value, unless a subclass changed forward, the
-        # quantizer needs the quantized input, or forward would cache the output (eval with
-        # cache_inference_quant_weight).
-        return (type(self).forward is WeightQuantProxyFromInjectorBase.forward
-                and not self.requires_quant_input
-                and (self.training or not self._cache_inference_quant_weight)
-                and self._plain_call_ok())
+    def quantize(self, x: Tensor, quant_input: Optional[QuantTuple] = None,
+                 as_quant_tensor: bool = False) -> QuantTuple:
+        """What layers call: quant_tuple(x), or in eager mode the proxy's output (an
+        IntQuantTensor is a QuantTuple too) when calling it does more (see _calls_itself).
+        quant_input reaches quantizers that need it (requires_quant_input)."""
+        if torch.jit.is_scripting():
+            return self.quant_tuple(x)
+        if self.requires_quant_input:
+            return as_quant_tuple(self(x, quant_input))
+        if self._calls_itself(x, as_quant_tensor):
+            return as_quant_tuple(self(x))
+        return self.quant_tuple(x)
 
+    def _fills_inference_cache(self) -> bool:
+        return not self.training and self._cache_inference_quant_weight
+
+    @wraps_quant_tuple
     def forward(self, x: torch.Tensor):
         if torch.jit.is_scripting():
-            return self._script_forward(x)
+            return self.quant_tuple(x)
         if not self.is_quant_enabled:
             return x
-        out = self.export_handler(x) if self.export_mode else self.tensor_quant(x)
+        out = self.export_handler(x) if self.export_mode else self.quant_tuple(x)
         if self.skip_create_quant_tensor:
             return out[0]
         out = self.create_quant_tensor(out)
-        if (not self.export_mode and not self.training and self.cache_inference_quant_weight
-                and self._cached_weight is None):
+        if not self.export_mode and self._fills_inference_cache() and self._cached_weight is None:
             self._cached_weight = self.cache_class(
                 out.detach(), metadata_only=self.cache_inference_quant_weight_metadata_only)
         return out
@@ -190,6 +211,9 @@ class BiasQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector, BiasQuantP
         self.cache_inference_quant_bias_metadata_only = False
         self.requires_input_scale = self.quant_injector.requires_input_scale
         self.skip_create_quant_tensor = False
+        # The accumulator's channel dim, that of the first layer served (layers of another type
+        # may not share a quantizer that needs it: see compute_bias_scale).
+        self._acc_channel_dim = accumulator_channel_dim(isinstance(quant_layer, nn.Linear))
 
     @property
     def tracked_parameter_list(self) -> List[nn.Parameter]:
@@ -250,25 +274,14 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
         zhs = self._zero_hw_sentinel()
         return self.__call__(self.tracked_parameter_list[0], zhs).bit_width
 
-    def quant_output_scale_impl(
-            self, input: IntQuantTensor, weight: IntQuantTensor,
-            module: nn.Module) -> Optional[Tensor]:
-        """input scale * weight scale, viewed along the layer output's channel dim (None when the
-        two do not broadcast)."""
-        channel_dim = -1 if isinstance(module, nn.Linear) else 1
-        output_scale_shape = compute_channel_view_shape(input, channel_dim=channel_dim)
-        output_scale = weight.scale.view(output_scale_shape)
-        input_scale_view = input.scale.view(output_scale_shape)
-        if not is_broadcastable(output_scale.shape, input_scale_view.shape):
-            return None
-        return output_scale * input_scale_view
-
-    def compute_bias_scale(
-            self, input: Optional[Union[Tensor, IntQuantTensor]],
-            weight: Optional[Union[Tensor, IntQuantTensor]]) -> Optional[Tensor]:
+    def compute_bias_scale(self, input: Any, weight: Any) -> Optional[Tensor]:
+        """The accumulator scale, input scale x weight scale viewed along the output channels,
+        from the layer's quantized input and weight (IntQuantTensors or QuantTuples); None when
+        either is not quantized or the two scales do not broadcast."""
         if not self.requires_input_scale and self.is_quant_enabled:
             return None
-        if not isinstance(input, IntQuantTensor) or not isinstance(weight, IntQuantTensor):
+        input_scale, weight_scale = _scale_of(input), _scale_of(weight)
+        if input_scale is None or weight_scale is None:
             return None
         first = self.tracked_module_list[0]
         if any(type(m) is not type(first) for m in self.tracked_module_list):
@@ -276,14 +289,24 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
                 f"{type(self).__name__}: a bias quantizer that takes its scale from the input "
                 f"(requires_input_scale=True) can not be shared by layers of different types "
                 f"(got {_layer_names(self.tracked_module_list)})")
-        return self.quant_output_scale_impl(input, weight, first)
+        return accumulator_scale(input_scale, weight_scale, input[0].dim(), self._acc_channel_dim)
+
+    def _eager_accumulator_scale(self, input: Any, weight: Any) -> Tensor:
+        """compute_bias_scale, flat; without the operands' scales (e.g. an export-time call),
+        the scale cached in eval; an error naming what is missing otherwise."""
+        scale = self.compute_bias_scale(input, weight)
+        if scale is not None:
+            return scale.view(-1)
+        if self._cached_bias is None:
+            raise self._missing_input_scale_error(input, weight)
+        return self.get_cached("scale")
 
     def _missing_input_scale_error(self, input, weight) -> RuntimeError:
         what = []
         for name, arg in (("input", input), ("weight", weight)):
             if arg is None:
                 what.append(f"no {name} was passed")
-            elif not isinstance(arg, IntQuantTensor):
+            elif _scale_of(arg) is None:
                 what.append(f"the {name} is a {type(arg).__name__}, not an IntQuantTensor")
         if not what:
             what.append("the input scale and the weight scale do not broadcast along the output "
@@ -296,72 +319,88 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
             f"an IntQuantTensor) and its weight, or use a bias quantizer with its own scale "
             f"(requires_input_scale=False, e.g. Int8BiasPerTensorFloatInternalScaling)")
 
-    def __prepare_scriptable__(self) -> "BiasQuantProxyFromInjector":
-        if self.requires_input_scale:
-            # The output channel dim the accumulator scale is viewed along, as in
-            # quant_output_scale_impl: snapshotted, since isinstance on layers does not script.
-            # (Set even with quantization disabled: _script_forward compiles the path anyway.)
-            first = self.tracked_module_list[0]
-            self._script_channel_dim = -1 if isinstance(first, nn.Linear) else 1
-        return super().__prepare_scriptable__()
+    def _script_accumulator_scale(self, quant_input: QuantTuple,
+                                  quant_weight: QuantTuple) -> Optional[Tensor]:
+        """compute_bias_scale, flat, under TorchScript (no cache to fall back on)."""
+        input_scale = quant_input[1]
+        weight_scale = quant_weight[1]
+        if input_scale is None or weight_scale is None:
+            raise RuntimeError(
+                "scripted bias quant proxy: the bias quantizer has requires_input_scale=True "
+                "and needs the scales of the quantized input and weight")
+        scale = accumulator_scale(input_scale, weight_scale, quant_input[0].dim(),
+                                  self._acc_channel_dim)
+        if scale is None:
+            raise RuntimeError(
+                "scripted bias quant proxy: the input scale and the weight scale do not "
+                "broadcast along the output channels")
+        return scale.view(-1)
 
-    def _script_forward(self, x: Tensor, quant_input: Tensor, input_scale: Optional[Tensor],
-                        weight_scale: Optional[Tensor]) -> QuantTuple:
-        """The TorchScript path: the bias x quantized, with the accumulator scale (input scale x
-        weight scale, viewed as quant_output_scale_impl does) when requires_input_scale."""
+    def quant_tuple(self, x: Tensor, acc_scale: Optional[Tensor]) -> QuantTuple:
+        """The quantizer on the bias x: (value, scale, zero_point, bit_width), with None
+        metadata when nothing is quantized; acc_scale (flat) is the scale a quantizer with
+        requires_input_scale takes."""
         if self.tensor_quant is None:
             return x, None, None, None
         if self.disable_quant:
             return x, None, None, None
         if self.requires_input_scale:
-            if input_scale is None or weight_scale is None:
+            if acc_scale is None:
                 raise RuntimeError(
-                    "scripted bias quant proxy: the bias quantizer has requires_input_scale=True "
-                    "and needs the scales of the quantized input and weight")
-            shape = [1] * quant_input.dim()
-            shape[self._script_channel_dim] = -1
-            acc_scale = weight_scale.view(shape) * input_scale.view(shape)
-            value, scale, zero_point, bit_width = self.tensor_quant(x, acc_scale.view(-1))
+                    "bias quant proxy: the bias quantizer has requires_input_scale=True and "
+                    "needs the accumulator scale (input scale * weight scale)")
+            value, scale, zero_point, bit_width = self.tensor_quant(x, acc_scale)
         else:
             value, scale, zero_point, bit_width = self.tensor_quant(x)
         return value, scale, zero_point, bit_width
 
-    def _tuple_forward_ok(self) -> bool:
-        # With its own scale, forward returns _script_forward's value, unless a subclass changed
-        # forward or forward would cache the output (eval with cache_inference_quant_bias). The
-        # accumulator scale (requires_input_scale) is left to forward, whose checks and errors
-        # (unquantized input, scales that do not broadcast, a cached scale) need the layer's
-        # QuantTensors.
-        return (type(self).forward is BiasQuantProxyFromInjector.forward
-                and not (self.requires_input_scale and self.is_quant_enabled)
-                and (self.training or not self.cache_inference_quant_bias)
-                and self._plain_call_ok())
+    def quantize(self, x: Tensor, quant_input: QuantTuple, quant_weight: QuantTuple,
+                 as_quant_tensor: bool = False) -> QuantTuple:
+        """What layers call: quant_tuple of the bias x, with the accumulator scale of the
+        layer's quantized input and weight when requires_input_scale; in eager mode the proxy's
+        output when calling it does more (see _calls_itself)."""
+        if torch.jit.is_scripting():
+            acc_scale: Optional[Tensor] = None
+            if self.requires_input_scale and not self.disable_quant:
+                acc_scale = self._script_accumulator_scale(quant_input, quant_weight)
+            return self.quant_tuple(x, acc_scale)
+        if self._calls_itself(x, as_quant_tensor):
+            return as_quant_tuple(self(x, quant_input, quant_weight))
+        acc_scale = None
+        if self.requires_input_scale and self.is_quant_enabled:
+            acc_scale = self._eager_accumulator_scale(quant_input, quant_weight)
+        return self.quant_tuple(x, acc_scale)
 
+    def _fills_inference_cache(self) -> bool:
+        return not self.training and self.cache_inference_quant_bias
+
+    @wraps_quant_tuple
     def forward(self, x: Tensor, input: Optional[Union[Tensor, IntQuantTensor]] = None,
                 weight: Optional[Union[Tensor, IntQuantTensor]] = None):
         if torch.jit.is_scripting():
-            # Scripted layers call _script_forward with the scales; alone, the bias proxy
-            # quantizes with its own scale only.
-            return self._script_forward(x, x, None, None)
+            # Alone, a scripted bias proxy quantizes with its own scale only.
+            return self.quant_tuple(x, None)
         if not self.is_quant_enabled:
             return x
-        impl = self.export_handler if self.export_mode else self.tensor_quant
+        acc_scale = None
         if self.requires_input_scale:
-            input_scale = self.compute_bias_scale(input, weight)
-            if input_scale is None:
-                # Export-time calls pass no input: fall back to the scale cached in eval.
-                if self._cached_bias is None:
-                    raise self._missing_input_scale_error(input, weight)
-                input_scale = self.get_cached("scale")
-            else:
-                input_scale = input_scale.view(-1)
-            out, out_scale, out_zp, out_bit_width = impl(x, input_scale)
+            acc_scale = self._eager_accumulator_scale(input, weight)
+        if self.export_mode:
+            impl_args = (x, acc_scale) if self.requires_input_scale else (x,)
+            out = self.export_handler(*impl_args)
         else:
-            out, out_scale, out_zp, out_bit_width = impl(x)
+            out = self.quant_tuple(x, acc_scale)
         if self.skip_create_quant_tensor:
-            return out
-        out = IntQuantTensor(out, out_scale, out_zp, out_bit_width, self.is_signed, self.training)
-        if not self.training and self.cache_inference_quant_bias:
+            return out[0]
+        out = IntQuantTensor(*out, self.is_signed, self.training)
+        if self._fills_inference_cache():
             self._cached_bias = _CachedIO(
                 out.detach(), metadata_only=self.cache_inference_quant_bias_metadata_only)
         return out
+
+
+def _scale_of(quant: Any) -> Optional[Tensor]:
+    """The scale of a quantized operand (an IntQuantTensor or a QuantTuple), None otherwise."""
+    if isinstance(quant, tuple) and len(quant) >= 4 and isinstance(quant[1], Tensor):
+        return quant[1]
+    return None

@@ -8,10 +8,11 @@ outputs in QuantTensors (in the subclasses).
 """
 
 import warnings
-from typing import Any, Dict, List, Optional, Protocol, Set, Tuple, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple, runtime_checkable
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 from brevitas_cpp import config
 from brevitas_cpp.core.function_wrapper import (
@@ -40,6 +41,21 @@ from brevitas_cpp.proxy.script import (
 )
 
 __all__ = ["QuantProxyProtocol", "QuantProxyFromInjector"]
+
+
+def global_module_hooks() -> bool:
+    """Whether hooks were registered for every module (which calling a proxy would run)."""
+    return bool(_torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks
+                or _torch_module._global_backward_hooks
+                or _torch_module._global_backward_pre_hooks)
+
+
+def wraps_quant_tuple(forward: Callable) -> Callable:
+    """Marks a proxy forward that only wraps ``quant_tuple``'s result (in a QuantTensor, and an
+    inference cache): layers may then call quant_tuple directly. A subclass's own forward is
+    not marked, so layers call the proxy and it runs."""
+    forward._returns_quant_tuple_wrapped = True
+    return forward
 
 
 def _is_groupwise(quant_injector) -> bool:
@@ -232,17 +248,19 @@ class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
         self.update_tracked_modules()
         self.init_tensor_quant()
 
-    def _tuple_forward_ok(self) -> bool:
-        """Whether a layer may call ``_script_forward`` eagerly instead of ``forward``: the same
-        values, without building a QuantTensor the layer would discard. Only the activation,
-        weight and bias proxies have a ``_script_forward``; they say when it is exact."""
-        return False
+    def _calls_itself(self, x: Any, as_quant_tensor: bool) -> bool:
+        """Whether ``quantize`` must call the proxy (``__call__``, then ``forward``) rather than
+        ``quant_tuple``: a QuantTensor is wanted or given, hooks must run, an export handler or a
+        subclass's own forward replaces ours, or forward fills an inference cache."""
+        return (as_quant_tensor or not isinstance(x, torch.Tensor) or self._export_mode
+                or bool(self._forward_hooks or self._forward_pre_hooks or self._backward_hooks
+                        or self._backward_pre_hooks) or global_module_hooks()
+                or not getattr(type(self).forward, "_returns_quant_tuple_wrapped", False)
+                or self._fills_inference_cache())
 
-    def _plain_call_ok(self) -> bool:
-        """What every proxy's _tuple_forward_ok needs: calling a method directly skips the hooks
-        ``__call__`` would run, and export mode runs an export handler instead of tensor_quant."""
-        return not (self._export_mode or self._forward_hooks or self._forward_pre_hooks
-                    or self._backward_hooks or self._backward_pre_hooks)
+    def _fills_inference_cache(self) -> bool:
+        """Whether forward would cache its output (eval mode with a cache switched on)."""
+        return False
 
     def apply_input_view(self, x: torch.Tensor) -> torch.Tensor:
         return self.input_view_impl(x)

@@ -9,10 +9,14 @@ import torch
 from torch import Tensor, nn
 
 from brevitas_cpp import jit
-from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector, QuantProxyProtocol
-from brevitas_cpp.proxy.script import QuantTuple, script_error
+from brevitas_cpp.proxy.quant_proxy import (
+    QuantProxyFromInjector,
+    QuantProxyProtocol,
+    wraps_quant_tuple,
+)
+from brevitas_cpp.proxy.script import QuantTuple, as_quant_tuple, script_error
 from brevitas_cpp.proxy.utils import _CachedIO
-from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
 __all__ = [
     "ActQuantProxyProtocol",
@@ -46,6 +50,9 @@ def _is_act_enabled(act_impl: Optional[nn.Module], tensor_quant: Optional[nn.Mod
 class ActQuantProxyProtocol(QuantProxyProtocol, Protocol):
 
     def forward(self, x: Union[Tensor, QuantTensor]) -> QuantTensor:
+        ...
+
+    def quantize(self, x: Tensor, as_quant_tensor: bool = False) -> QuantTuple:
         ...
 
 
@@ -152,9 +159,9 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         that keeps the metadata of x (a passthrough activation)."""
         raise NotImplementedError
 
-    def _script_forward(self, x: Tensor) -> QuantTuple:
-        """The TorchScript path of forward: the quantizer's (value, scale, zero_point,
-        bit_width), with None metadata when nothing is quantized."""
+    def quant_tuple(self, x: Tensor) -> QuantTuple:
+        """The activation and quantizer on x: (value, scale, zero_point, bit_width), with None
+        metadata when nothing is quantized. What forward wraps, and what layers call."""
         # Static under TorchScript: fused is None (a NoneType attribute) or a module.
         if self.fused_activation_quant_proxy is None:
             return x, None, None, None
@@ -164,31 +171,31 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         value, scale, zero_point, bit_width = self.fused_activation_quant_proxy(x)
         return value, scale, zero_point, bit_width
 
-    def _tuple_forward_ok(self) -> bool:
-        # forward on a plain Tensor returns _script_forward's value, unless a subclass changed
-        # forward or forward would cache the output (eval with cache_inference_quant_act).
-        return (type(self).forward is ActQuantProxyFromInjectorBase.forward
-                and (self.training or not self.cache_inference_quant_act)
-                and self._plain_call_ok())
-
-    def forward(self, x: Union[Tensor, IntQuantTensor]):
+    def quantize(self, x: Tensor, as_quant_tensor: bool = False) -> QuantTuple:
+        """What layers call: quant_tuple(x), or in eager mode the proxy's output (an
+        IntQuantTensor is a QuantTuple too) when calling it does more (see _calls_itself)."""
         if torch.jit.is_scripting():
-            assert isinstance(x, Tensor), (
-                "activation quant proxy: scripted quant layers exchange Tensors, not "
-                "QuantTensors")
-            return self._script_forward(x)
-        fused = self.fused_activation_quant_proxy
+            return self.quant_tuple(x)
+        if self._calls_itself(x, as_quant_tensor):
+            return as_quant_tuple(self(x))
+        return self.quant_tuple(x)
+
+    def _fills_inference_cache(self) -> bool:
+        return not self.training and self.cache_inference_quant_act
+
+    # x: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
+    @wraps_quant_tuple
+    def forward(self, x: Tensor):
+        if torch.jit.is_scripting():
+            return self.quant_tuple(x)
         # Neither activation nor quantization: the input as it came.
-        if fused is None:
+        if self.fused_activation_quant_proxy is None:
             return x
-        y = x.value if isinstance(x, QuantTensor) else x
-        if not self.is_quant_enabled:
-            # No scale: the second entry tells the code below that nothing was quantized.
-            y = (fused.activation_impl(y), None)
-        elif self.export_mode:
-            y = self.export_handler(fused.activation_impl(y))
+        y = _unpack_quant_tensor(x)
+        if self.export_mode and self.is_quant_enabled:
+            y = self.export_handler(self.fused_activation_quant_proxy.activation_impl(y))
         else:
-            y = fused(y)
+            y = self.quant_tuple(y)
         if self.skip_create_quant_tensor:
             out = y[0]
         elif y[1] is not None:
@@ -198,7 +205,7 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
             out = self.create_quant_tensor(y[0], x=x)
         else:
             out = y[0]
-        if not self.training and self.cache_inference_quant_act and isinstance(out, QuantTensor):
+        if self._fills_inference_cache() and isinstance(out, QuantTensor):
             self._cached_act = self.cache_class(out.detach(), self.cache_quant_io_metadata_only)
         return out
 

@@ -1,10 +1,13 @@
 """What the quant layers and proxies share to compile under ``torch.jit.script``.
 
-Each layer and proxy keeps its eager forward and adds a TorchScript path inside it, behind
-``if torch.jit.is_scripting():``, which TorchScript resolves statically (the eager code after it
-is parsed but never compiled). On that path inputs and outputs are plain Tensors, and proxies
-return the core blocks' tuple ``(value, scale, zero_point, bit_width)`` (``QuantTuple``) instead
-of an IntQuantTensor.
+Each layer and proxy has one forward, which eager mode, TorchScript and torch.compile all run.
+The proxies quantize in ``quant_tuple``, which returns the core blocks' tuple ``(value, scale,
+zero_point, bit_width)`` (``QuantTuple``), and layers call them through ``quantize``. In eager
+mode an IntQuantTensor is built only where it is asked for (``return_quant_tensor=True``, a
+QuantTensor input, a cache, a hook, a proxy subclass with its own forward): it is also a
+QuantTuple, so the layer code that reads the tuple is the same. The few eager-only steps sit
+behind ``if torch.jit.is_scripting():``, which TorchScript resolves statically (the eager code
+after it is parsed but never compiled).
 
 Two things TorchScript would otherwise trip on are handled here:
 
@@ -25,15 +28,36 @@ Two things TorchScript would otherwise trip on are handled here:
 import inspect
 from typing import Any, List, Optional, Tuple
 
+import torch
 from torch import Tensor
 
+from brevitas_cpp.quant_tensor import QuantTensor
+
 __all__ = [
-    "QuantTuple", "ScriptableQuantModule", "jit_unused_properties",
-    "mark_properties_unused_by_jit", "script_error"]
+    "QuantTuple", "ScriptableQuantModule", "as_quant_tuple", "jit_unused_properties",
+    "mark_properties_unused_by_jit", "quant_operand", "script_error"]
 
 # (value, scale, zero_point, bit_width), what the core blocks' tensor_quant return; the metadata
-# is None when nothing was quantized.
+# is None when nothing was quantized. An IntQuantTensor is also one: its first four fields.
 QuantTuple = Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]
+
+
+def as_quant_tuple(out: Any) -> QuantTuple:
+    """A proxy's output as a QuantTuple: a QuantTensor as it is, a plain Tensor (nothing
+    quantized) with None metadata."""
+    if isinstance(out, QuantTensor):
+        return out
+    return out, None, None, None
+
+
+def quant_operand(quant: QuantTuple, as_quant_tensor: bool) -> Tensor:
+    """What a layer's float op runs on: the value, or in eager mode the QuantTensor itself when
+    the layer wants QuantTensor metadata (the torch handlers then derive the output's)."""
+    if torch.jit.is_scripting():
+        return quant[0]
+    if as_quant_tensor and isinstance(quant, QuantTensor):
+        return quant
+    return quant[0]
 
 
 def jit_unused_properties(cls: type) -> List[str]:

@@ -1,13 +1,13 @@
 """Helpers shared by the proxies: the cache of a quantized tensor's metadata kept at inference
-(Brevitas's ``_CachedIO``), channel-view shapes, and ``ConvertRuntimeStatsToParameter``, the
+(Brevitas's ``_CachedIO``) and ``ConvertRuntimeStatsToParameter``, the
 state_dict hook of activation quantizers (defined with the activation solver, re-exported here).
 """
 
-from typing import Any, Sequence, Tuple
+from typing import Any
 
 import torch
 
-__all__ = ["ConvertRuntimeStatsToParameter", "compute_channel_view_shape", "is_broadcastable"]
+__all__ = ["ConvertRuntimeStatsToParameter"]
 
 
 class _CachedIO:
@@ -35,18 +35,6 @@ class _CachedIO:
     @property
     def signed(self) -> bool:
         return self.quant_tensor.signed
-
-
-def compute_channel_view_shape(tensor: Any, channel_dim: int) -> Tuple[int, ...]:
-    """Shape that views a per-channel vector along ``channel_dim`` of ``tensor`` (1 elsewhere)."""
-    shape = [1] * len(tensor.size())
-    shape[channel_dim] = -1
-    return tuple(shape)
-
-
-def is_broadcastable(shape: Sequence[int], other: Sequence[int]) -> bool:
-    """Whether two shapes broadcast together (trailing dims equal or 1)."""
-    return all(a == 1 or b == 1 or a == b for a, b in zip(reversed(shape), reversed(other)))
 
 
 def __getattr__(name: str) -> Any:

@@ -17,6 +17,7 @@ from torch import Tensor
 import torch.nn.functional as F
 
 from brevitas_cpp.function import ceil_ste, max_int
+from brevitas_cpp.function.shape import accumulator_channel_dim, accumulator_scale, channel_view_shape
 from brevitas_cpp.quant_tensor.base_quant_tensor import QuantTensor, _unpack_quant_tensor
 
 __all__ = [
@@ -49,21 +50,6 @@ def _int_quant_tensor_type() -> type:
     # Imported late: int_quant_tensor imports this module to build its dispatch table.
     from brevitas_cpp.quant_tensor.int_quant_tensor import IntQuantTensor
     return IntQuantTensor
-
-
-# ---- shape helpers -----------------------------------------------------------------------------
-
-
-def _channel_view_shape(tensor: Tensor, channel_dim: int) -> Tuple[int, ...]:
-    """(1, ..., -1, ..., 1) with tensor's rank: the view that puts a per-channel vector on channel_dim."""
-    shape = [1] * tensor.dim()
-    shape[channel_dim] = -1
-    return tuple(shape)
-
-
-def _is_broadcastable(shape: Sequence[int], other: Sequence[int]) -> bool:
-    """Whether two shapes broadcast against each other (trailing dims equal or 1)."""
-    return all(a == 1 or b == 1 or a == b for a, b in zip(reversed(shape), reversed(other)))
 
 
 def _check_same_device(where: str, **tensors: Any) -> None:
@@ -162,15 +148,9 @@ def create_int_quant_tensor(
 def quant_output_scale_impl(
         fn: Callable, inp: Tensor, quant_input_scale: Tensor,
         quant_weight_scale: Tensor) -> Optional[Tensor]:
-    """input scale * weight scale, both viewed along the output channel dim (last for linear,
-    1 for convolutions); None when the two do not broadcast (e.g. a per-input-channel input scale)."""
-    channel_dim = -1 if fn == F.linear else 1
-    output_scale_shape = _channel_view_shape(inp, channel_dim)
-    quant_weight_scale = quant_weight_scale.view(output_scale_shape)
-    quant_input_scale = quant_input_scale.view(output_scale_shape)
-    if not _is_broadcastable(quant_weight_scale.shape, quant_input_scale.shape):
-        return None
-    return quant_weight_scale * quant_input_scale
+    """The accumulator scale of fn's output (brevitas_cpp.function.shape.accumulator_scale)."""
+    return accumulator_scale(quant_input_scale, quant_weight_scale, inp.dim(),
+                             accumulator_channel_dim(fn == F.linear))
 
 
 def quant_layer(
@@ -207,8 +187,8 @@ def quant_layer(
                                          not torch.allclose(bias.scale, output_scale)):
             # The channel dim of the output scale (Brevitas 0.12 always used dim 1 here, which
             # misplaces a linear bias when the input has more than 2 dims).
-            channel_dim = -1 if fn == F.linear else 1
-            bias_shape = _channel_view_shape(_unpack_quant_tensor(quant_input), channel_dim)
+            bias_shape = channel_view_shape(quant_input.value.dim(),
+                                            accumulator_channel_dim(fn == F.linear))
             output_zero_point = -_unpack_quant_tensor(bias).view(bias_shape) / output_scale
         if bias_is_quant:
             output_bit_width = torch.where(

@@ -101,8 +101,12 @@ def test_output_size(dilation):
     y = m(x, output_size=size)
     assert tuple(y.shape[2:]) == tuple(size)
     assert torch.equal(y, ref(x, output_size=size))
-    assert m._output_size is None  # not kept for the next call
+    # Passed down as an argument, not kept for the next call.
     assert tuple(m(x).shape[2:]) != tuple(size)
+    # With a QuantTensor requested too (the handler derives the accumulator's metadata).
+    mq = convt(2, 4, 6, 3, stride=2, dilation=dilation, input_quant=R.ConstInt8Act,
+               return_quant_tensor=True)
+    assert tuple(mq(x, output_size=size).value.shape[2:]) == tuple(size)
 
 
 @pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)

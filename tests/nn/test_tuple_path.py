@@ -1,10 +1,11 @@
-"""The eager tuple path of the quant layers: when nothing needs QuantTensor metadata (plain Tensor
-input, return_quant_tensor=False, no caches, hooks or export), QuantWBIOL layers, activation
-layers and QuantEltwiseAdd run on their proxies' (value, scale, ...) tuples instead of building
-IntQuantTensors. The reference is the QuantTensor path (itself checked bit for bit against
-Brevitas by the golden tests), forced by making the layers believe the tuple path is not allowed:
+"""The one forward of the quant layers, in eager mode: when nothing needs QuantTensor metadata
+(plain Tensor input, return_quant_tensor=False, no caches, hooks or export), QuantWBIOL layers,
+activation layers and QuantEltwiseAdd run on their proxies' (value, scale, ...) tuples
+(``quant_tuple``) without calling the proxies or building IntQuantTensors. The reference is the
+same forward with QuantTensors asked for (the proxies called, the float op on IntQuantTensors
+through their torch handlers), itself checked bit for bit against Brevitas by the golden tests:
 outputs, gradients and the quantizers' state after a few training steps must be identical, and
-every feature that needs the QuantTensor path (caches, hooks, overridden proxies) must still
+every feature that needs the proxies called (caches, hooks, overridden proxies) must still
 work."""
 
 import pytest
@@ -23,9 +24,14 @@ from brevitas_cpp.nn import (
     QuantScaleBias,
     QuantSigmoid,
 )
-from brevitas_cpp.nn import quant_eltwise, quant_layer
-from brevitas_cpp.nn.quant_layer import QuantWBIOL
-from brevitas_cpp.proxy import WeightQuantProxyFromInjector
+from brevitas_cpp.nn.mixin.base import QuantLayerMixin
+from brevitas_cpp.proxy import (
+    ActQuantProxyFromInjectorBase,
+    BiasQuantProxyFromInjector,
+    WeightQuantProxyFromInjector,
+    WeightQuantProxyFromInjectorBase,
+)
+from brevitas_cpp.proxy.quant_proxy import wraps_quant_tuple
 from brevitas_cpp.quant import (
     Int8ActPerTensorFloat,
     Int8BiasPerTensorFloatInternalScaling,
@@ -62,28 +68,28 @@ LAYERS = {
     "eltwise-add": (lambda: QuantEltwiseAdd(input_collect_stats_steps=2,
                                             output_collect_stats_steps=2), [(4, 6), (4, 6)]),
 }
-# Layers whose bias takes the accumulator scale: always the QuantTensor path.
-NO_TUPLE_PATH = {"linear-int32-bias", "scale-bias-int32"}
+# With a quantized bias, QuantScaleBias always works on QuantTensors (see its _wants_quant_tensor).
+NO_TUPLE_PATH = {"scale-bias-int32"}
 
 
-def _force_quant_tensor_path(monkeypatch):
-    for module in (quant_layer, quant_eltwise):
-        monkeypatch.setattr(module, "_takes_tuple_path", lambda layer, inp: False)
+def _force_quant_tensors(monkeypatch):
+    monkeypatch.setattr(QuantLayerMixin, "_wants_quant_tensor", lambda layer, inp: True)
 
 
-def _count_tuple_calls(monkeypatch):
-    """Counts the calls of the tuple paths (wrapping the class methods)."""
+def _count_proxy_forward_calls(monkeypatch):
+    """Counts the calls of the proxies' forward (wrapped, keeping the mark that lets layers
+    call quant_tuple directly)."""
     calls = []
-    for cls, name in ((QuantWBIOL, "_script_forward_impl"),
-                      (quant_layer.QuantNonLinearActLayer, "_tuple_forward"),
-                      (QuantEltwiseAdd, "_tuple_forward")):
-        original = getattr(cls, name)
+    for cls in (ActQuantProxyFromInjectorBase, WeightQuantProxyFromInjectorBase,
+                BiasQuantProxyFromInjector):
+        original = cls.forward
 
+        @wraps_quant_tuple
         def wrapped(self, *args, _original=original, **kwargs):
             calls.append(type(self).__name__)
             return _original(self, *args, **kwargs)
 
-        monkeypatch.setattr(cls, name, wrapped)
+        monkeypatch.setattr(cls, "forward", wrapped)
     return calls
 
 
@@ -115,14 +121,13 @@ def _train(make, shapes, steps=4):
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_tuple_path_matches_quant_tensor_path_bit_for_bit(name, monkeypatch):
     make, shapes = LAYERS[name]
-    calls = _count_tuple_calls(monkeypatch)
+    calls = _count_proxy_forward_calls(monkeypatch)
     fast, fast_state = _train(make, shapes)
-    took_tuple_path = bool(calls)
+    took_tuple_path = not calls
     assert took_tuple_path == (name not in NO_TUPLE_PATH)
-    _force_quant_tensor_path(monkeypatch)
-    calls.clear()
+    _force_quant_tensors(monkeypatch)
     ref, ref_state = _train(make, shapes)
-    assert not calls
+    assert calls
     assert len(fast) == len(ref)
     for a, b in zip(fast, ref):
         assert torch.equal(a, b)
@@ -139,10 +144,12 @@ def test_convtranspose_output_size_reaches_tuple_path():
 
 
 def test_quant_tensor_requests_take_the_quant_tensor_path(monkeypatch):
-    calls = _count_tuple_calls(monkeypatch)
+    calls = _count_proxy_forward_calls(monkeypatch)
     conv = QuantConv2d(3, 4, 3, return_quant_tensor=True, **A8)
     out = conv(torch.randn(1, 3, 5, 5))
     assert isinstance(out, IntQuantTensor)
+    assert calls == ["ActQuantProxyFromInjector", "WeightQuantProxyFromInjector",
+                     "BiasQuantProxyFromInjector", "ActQuantProxyFromInjector"]
     relu = QuantReLU(return_quant_tensor=True)
     qt = relu(torch.randn(2, 4))
     assert isinstance(qt, IntQuantTensor)
@@ -150,8 +157,23 @@ def test_quant_tensor_requests_take_the_quant_tensor_path(monkeypatch):
     linear = QuantLinear(4, 3, bias_quant=Int32Bias, return_quant_tensor=True)
     acc = linear(qt)
     assert isinstance(acc, IntQuantTensor)
+    # The accumulator: input scale x weight scale, and its bit width (handler's rule).
     assert torch.allclose(acc.scale, qt.scale * linear.quant_weight().scale)
-    assert not calls
+
+
+def test_accumulator_scale_of_a_plain_input_bias():
+    """Int32Bias on the tuple path: the bias is quantized at input scale x weight scale, the
+    scales read from the proxies' tuples (no QuantTensor built)."""
+    torch.manual_seed(0)
+    linear = QuantLinear(4, 3, bias_quant=Int32Bias, input_quant=Int8ActPerTensorFloat).eval()
+    x = torch.randn(2, 4)
+    input_scale = linear.input_quant.scale()
+    weight_scale = linear.quant_weight().scale
+    acc_scale = input_scale * weight_scale
+    expected_bias = torch.round(linear.bias / acc_scale).clamp(-2**31, 2**31 - 1) * acc_scale
+    q_x = linear.input_quant(x).value
+    expected = torch.nn.functional.linear(q_x, linear.quant_weight().value, expected_bias)
+    assert torch.equal(linear(x), expected)
 
 
 def test_return_quant_tensor_without_quantized_output_still_errors():
@@ -227,13 +249,13 @@ def test_eltwise_add_eval_scale_mismatch_names_the_scales(monkeypatch):
     add = QuantEltwiseAdd().eval()
     # One input quantizer gives both operands its scale; make the second scale differ.
     scales = iter([torch.tensor(1.0), torch.tensor(2.0)])
-    original = add.input_quant._script_forward
+    original = add.input_quant.quant_tuple
 
     def _scaled(x):
         value, _, zero_point, bit_width = original(x)
         return value, next(scales), zero_point, bit_width
 
-    monkeypatch.setattr(add.input_quant, "_script_forward", _scaled)
+    monkeypatch.setattr(add.input_quant, "quant_tuple", _scaled)
     with pytest.raises(RuntimeError, match=r"same scale, got input scale 1.0 and other scale 2.0"):
         add(torch.randn(2, 3), torch.randn(2, 3))
 

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from inspect import isclass
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Union
 
+import torch
 from torch import Tensor
 from torch import nn
 
 from brevitas_cpp.inject import ExtendedInjector, Injector
-from brevitas_cpp.proxy.script import ScriptableQuantModule, script_error
+from brevitas_cpp.proxy.script import QuantTuple, ScriptableQuantModule, script_error
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
 from .utils import filter_kwargs, quantizer_vocabulary
@@ -221,6 +222,21 @@ class QuantLayerMixin(ScriptableQuantModule):
     def export_mode(self) -> bool:
         # Export is not part of brevitas_cpp; the flag exists for code that reads it.
         return False
+
+    def _wants_quant_tensor(self, inp: Tensor) -> bool:
+        """Whether forward works on QuantTensors (eager mode only): one is returned
+        (return_quant_tensor) or given. Checks the input first."""
+        if torch.jit.is_scripting():
+            return False
+        return isinstance(self.unpack_input(inp), QuantTensor) or self.return_quant_tensor
+
+    def _layer_output(self, quant_output: QuantTuple) -> Tensor:
+        """What forward returns of its output quantizer's tuple (pack_output in eager mode)."""
+        if torch.jit.is_scripting():
+            return quant_output[0]
+        if isinstance(quant_output, QuantTensor):
+            return self.pack_output(quant_output)
+        return self.pack_output(quant_output[0])
 
     def unpack_input(self, inp: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
         # Brevitas strips tensor names here; torch 2.13 has no named tensors left to strip.

@@ -1,5 +1,5 @@
-"""Declarative quantizer assembly: enums, ExtendedInjector, and (in ``solver``) the mixins
-that turn enum settings into core blocks."""
+"""Declarative quantizer assembly: the enums and ExtendedInjector. The solvers, which turn enum
+settings into core blocks, are in brevitas_cpp.quant.solver."""
 
 from brevitas_cpp.inject.enum import (
     BitWidthImplType,

@@ -8,6 +8,10 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from brevitas_cpp.function.shape import channel_view_shape
+from brevitas_cpp.proxy.parameter_quant import (
+    BiasQuantProxyFromInjectorBase,
+    WeightQuantProxyFromInjectorBase,
+)
 
 __all__ = [
     "compute_channel_view_shape",
@@ -71,11 +75,6 @@ def merge_bn(layer: Any, bn: Any, output_channel_dim: int = 0) -> None:
     """Fold the eval-mode batch norm ``bn`` that follows ``layer`` into layer's weight and bias
     (adding a bias if it has none), then rebuild the layer's parameter quantizers so their
     statistics see the folded values."""
-    from brevitas_cpp.proxy.parameter_quant import (
-        BiasQuantProxyFromInjectorBase,
-        WeightQuantProxyFromInjectorBase,
-    )
-
     layer_name = type(layer).__name__
     mul_factor, add_factor = _bn_affine(bn, layer_name)
     with torch.no_grad():

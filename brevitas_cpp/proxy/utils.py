@@ -1,6 +1,6 @@
 """Helpers shared by the proxies: the cache of a quantized tensor's metadata kept at inference
-(Brevitas's ``_CachedIO``) and ``ConvertRuntimeStatsToParameter``, the
-state_dict hook of activation quantizers (defined with the activation solver, re-exported here).
+(Brevitas's ``_CachedIO``) and ``ConvertRuntimeStatsToParameter``, the state_dict hook of
+activation quantizers whose scale is learned from runtime statistics.
 """
 
 from typing import Any
@@ -37,10 +37,28 @@ class _CachedIO:
         return self.quant_tensor.signed
 
 
-def __getattr__(name: str) -> Any:
-    # Resolved on first use: the solvers may import the proxies to name their proxy_class, so
-    # importing a solver module here at import time could close an import cycle.
-    if name == "ConvertRuntimeStatsToParameter":
-        from brevitas_cpp.inject.solver.act import ConvertRuntimeStatsToParameter
-        return ConvertRuntimeStatsToParameter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class ConvertRuntimeStatsToParameter:
+    """state_dict hook for activation scales learned from runtime statistics: a checkpoint that
+    holds only the collected statistic (taken while the scale was not a parameter yet) gets the
+    parameter initialised from it, and the statistics are dropped.
+
+    Key layout as in Brevitas's activation proxies; brevitas_cpp.proxy calls it as
+    ``hook(prefix, state_dict)`` before loading.
+    """
+
+    def __init__(self, restrict_scaling_impl: torch.nn.Module) -> None:
+        self.restrict_scaling_impl = restrict_scaling_impl
+        self.scaling_impl_postfix = "fused_activation_quant_proxy.tensor_quant.scaling_impl"
+        self.runtime_stats_postfix = self.scaling_impl_postfix + ".runtime_stats"
+        self.running_stats_postfix = self.runtime_stats_postfix + ".running_stats"
+        self.scaling_parameter_postfix = self.scaling_impl_postfix + ".value"
+
+    def __call__(self, prefix: str, state_dict: dict) -> None:
+        stats_key = prefix + self.running_stats_postfix
+        parameter_key = prefix + self.scaling_parameter_postfix
+        if stats_key in state_dict and parameter_key not in state_dict:
+            # Statistics are in the float domain; the parameter lives in the restricted one.
+            init = state_dict[stats_key].abs()
+            state_dict[parameter_key] = self.restrict_scaling_impl.restrict_init_tensor(init)
+        for key in [k for k in state_dict if k.startswith(prefix + self.runtime_stats_postfix)]:
+            del state_dict[key]

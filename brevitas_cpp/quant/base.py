@@ -24,7 +24,7 @@ from brevitas_cpp.inject.enum import (
     StatsOp,
 )
 from brevitas_cpp.inject.injector import ExtendedInjector, this, value
-from brevitas_cpp.inject.solver.common import require_signed
+from brevitas_cpp.quant.solver.common import require_signed
 
 __all__ = [
     "MaxStatsScaling",

@@ -2,8 +2,8 @@
 brevitas.quant.binary)."""
 
 from brevitas_cpp.core.function_wrapper import InplaceTensorClampSte, TensorClamp
-from brevitas_cpp.inject.solver.act import ActQuantSolver
-from brevitas_cpp.inject.solver.weight import WeightQuantSolver
+from brevitas_cpp.quant.solver.act import ActQuantSolver
+from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 from brevitas_cpp.quant.base import SignedBinaryClampedConst
 
 __all__ = ["SignedBinaryWeightPerTensorConst", "SignedBinaryActPerTensorConst"]

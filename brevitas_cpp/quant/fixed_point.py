@@ -1,9 +1,9 @@
 """Ready-made fixed-point quantizers: integer formats whose scale is a power of two, 2^ceil(log2 s),
 so the radix point is a shift (Brevitas's brevitas.quant.fixed_point)."""
 
-from brevitas_cpp.inject.solver.act import ActQuantSolver
-from brevitas_cpp.inject.solver.bias import BiasQuantSolver
-from brevitas_cpp.inject.solver.weight import WeightQuantSolver
+from brevitas_cpp.quant.solver.act import ActQuantSolver
+from brevitas_cpp.quant.solver.bias import BiasQuantSolver
+from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 from brevitas_cpp.quant.base import (
     IntQuant,
     MaxStatsScaling,

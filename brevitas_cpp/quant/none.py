@@ -2,10 +2,10 @@
 quantizer argument is None (Brevitas's brevitas.quant.none)."""
 
 from brevitas_cpp.inject.enum import QuantType
-from brevitas_cpp.inject.solver.act import ActQuantSolver
-from brevitas_cpp.inject.solver.bias import BiasQuantSolver
-from brevitas_cpp.inject.solver.trunc import TruncQuantSolver
-from brevitas_cpp.inject.solver.weight import WeightQuantSolver
+from brevitas_cpp.quant.solver.act import ActQuantSolver
+from brevitas_cpp.quant.solver.bias import BiasQuantSolver
+from brevitas_cpp.quant.solver.trunc import TruncQuantSolver
+from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 
 __all__ = ["NoneWeightQuant", "NoneActQuant", "NoneBiasQuant", "NoneTruncQuant"]
 

@@ -3,10 +3,10 @@ brevitas.quant.scaled_int). Derive from one to change a setting, e.g.
 ``class Int4WeightPerChannelFloat(Int8WeightPerChannelFloat): bit_width = 4``."""
 
 from brevitas_cpp.core.function_wrapper import TensorClamp
-from brevitas_cpp.inject.solver.act import ActQuantSolver
-from brevitas_cpp.inject.solver.bias import BiasQuantSolver
-from brevitas_cpp.inject.solver.trunc import TruncQuantSolver
-from brevitas_cpp.inject.solver.weight import WeightQuantSolver
+from brevitas_cpp.quant.solver.act import ActQuantSolver
+from brevitas_cpp.quant.solver.bias import BiasQuantSolver
+from brevitas_cpp.quant.solver.trunc import TruncQuantSolver
+from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 from brevitas_cpp.quant.base import (
     IntQuant,
     MaxStatsScaling,

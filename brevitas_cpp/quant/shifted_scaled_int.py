@@ -1,8 +1,8 @@
 """Ready-made unsigned integer quantizers with an integer zero point (asymmetric ranges) and
 floating-point scale factors (Brevitas's brevitas.quant.shifted_scaled_int)."""
 
-from brevitas_cpp.inject.solver.act import ActQuantSolver
-from brevitas_cpp.inject.solver.weight import WeightQuantSolver
+from brevitas_cpp.quant.solver.act import ActQuantSolver
+from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 from brevitas_cpp.quant.base import (
     MinMaxStatsScaling,
     ParamFromRuntimePercentileIntervalScaling,

@@ -5,9 +5,9 @@ from brevitas_cpp.core.function_wrapper import InplaceTensorClampSte, TensorClam
 from brevitas_cpp.core.quant import IntQuant as IntQuantBlock
 from brevitas_cpp.inject.enum import QuantType
 from brevitas_cpp.inject.injector import value
-from brevitas_cpp.inject.solver.act import ActQuantSolver
-from brevitas_cpp.inject.solver.common import require_signed, to_enum
-from brevitas_cpp.inject.solver.weight import WeightQuantSolver
+from brevitas_cpp.quant.solver.act import ActQuantSolver
+from brevitas_cpp.quant.solver.common import require_signed, to_enum
+from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 from brevitas_cpp.quant.base import NarrowIntQuant, PerTensorConstScaling2bit
 
 __all__ = ["SignedTernaryWeightPerTensorConst", "SignedTernaryActPerTensorConst"]

@@ -18,12 +18,15 @@ import torch.nn.functional as F
 
 from brevitas_cpp.function import ceil_ste, max_int
 from brevitas_cpp.function.shape import accumulator_channel_dim, accumulator_scale, channel_view_shape
-from brevitas_cpp.quant_tensor.base_quant_tensor import QuantTensor, _unpack_quant_tensor
+from brevitas_cpp.quant_tensor.base_quant_tensor import (
+    IntQuantTensorBase,
+    QuantTensor,
+    _unpack_quant_tensor,
+)
 
 __all__ = [
     "FN_ACC_BITWIDTH_MAPPING",
     "INT_QUANT_TENSOR_FN_HANDLER",
-    "create_int_quant_tensor",
     "implements_int_qt",
     "max_acc_bit_width_avg_pool2d",
     "max_acc_bit_width_convNd",
@@ -44,12 +47,6 @@ def implements_int_qt(torch_function: Callable) -> Callable[[Callable], Callable
         return handler
 
     return register
-
-
-def _int_quant_tensor_type() -> type:
-    # Imported late: int_quant_tensor imports this module to build its dispatch table.
-    from brevitas_cpp.quant_tensor.int_quant_tensor import IntQuantTensor
-    return IntQuantTensor
 
 
 def _check_same_device(where: str, **tensors: Any) -> None:
@@ -137,14 +134,6 @@ FN_ACC_BITWIDTH_MAPPING: Dict[Callable, Callable] = {
 # ---- weight layers -----------------------------------------------------------------------------
 
 
-def create_int_quant_tensor(
-        tensor: Tensor, scale: Tensor, bit_width: Tensor, zero_point: Tensor, signed: bool,
-        training: bool) -> Any:
-    return _int_quant_tensor_type()(
-        tensor, scale=scale, zero_point=zero_point, bit_width=bit_width, signed=signed,
-        training=training)
-
-
 def quant_output_scale_impl(
         fn: Callable, inp: Tensor, quant_input_scale: Tensor,
         quant_weight_scale: Tensor) -> Optional[Tensor]:
@@ -161,7 +150,6 @@ def quant_layer(
 
     A bias that is not already on the accumulator grid (plain, or quantized with another scale)
     is represented through the zero point: -bias / output_scale."""
-    int_quant_tensor = _int_quant_tensor_type()
     _check_same_device(
         f"{fn.__name__} on an IntQuantTensor", input=quant_input, weight=quant_weight, bias=bias)
     output = fn(
@@ -170,7 +158,7 @@ def quant_layer(
         _unpack_quant_tensor(bias),
         *args,
         **kwargs)
-    if not (isinstance(quant_input, int_quant_tensor) and isinstance(quant_weight, int_quant_tensor)):
+    if not (isinstance(quant_input, IntQuantTensorBase) and isinstance(quant_weight, IntQuantTensorBase)):
         return output
 
     max_acc_bit_width = FN_ACC_BITWIDTH_MAPPING[fn]
@@ -182,7 +170,7 @@ def quant_layer(
     output_zero_point = None
 
     if bias is not None:
-        bias_is_quant = isinstance(bias, int_quant_tensor)
+        bias_is_quant = isinstance(bias, IntQuantTensorBase)
         if output_scale is not None and (not bias_is_quant or
                                          not torch.allclose(bias.scale, output_scale)):
             # The channel dim of the output scale (Brevitas 0.12 always used dim 1 here, which
@@ -208,13 +196,16 @@ def quant_layer(
         return output
     if output_zero_point is None:
         output_zero_point = torch.zeros(1).type_as(output)
-    return create_int_quant_tensor(
-        output, output_scale, output_bit_width, output_zero_point, output_signed, output_training)
+    # The operands' own type: this module is imported by the IntQuantTensor class it serves.
+    return type(quant_input)(
+        output, scale=output_scale, zero_point=output_zero_point, bit_width=output_bit_width,
+        signed=output_signed, training=output_training)
 
 
 @implements_int_qt(torch.cat)
 def cat_handler(tensors: Sequence[Any], dim: int = 0, out: Optional[Tensor] = None) -> Any:
-    return _int_quant_tensor_type().cat(tensors, dim, out=out)
+    int_quant_tensor = next(type(t) for t in tensors if isinstance(t, IntQuantTensorBase))
+    return int_quant_tensor.cat(tensors, dim, out=out)
 
 
 @implements_int_qt(F.linear)
@@ -262,9 +253,8 @@ del _conv
 @implements_int_qt(F.embedding)
 def embedding_handler(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
     """Rows of a per-tensor quantized weight keep its metadata; a plain weight gives a plain tensor."""
-    int_quant_tensor = _int_quant_tensor_type()
     out = F.embedding(_unpack_quant_tensor(input), _unpack_quant_tensor(weight), *args, **kwargs)
-    if not isinstance(weight, int_quant_tensor):
+    if not isinstance(weight, IntQuantTensorBase):
         return out
     for name in ("scale", "zero_point", "bit_width"):
         field = getattr(weight, name)
@@ -272,7 +262,7 @@ def embedding_handler(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any
             raise RuntimeError(
                 f"embedding on an IntQuantTensor weight: only per-tensor quantization is "
                 f"supported, got {name} of shape {tuple(field.shape)}")
-    return int_quant_tensor(
+    return type(weight)(
         out, weight.scale, weight.zero_point, weight.bit_width, weight.signed, weight.training)
 
 

@@ -241,7 +241,7 @@ def test_act_state_dict_round_trip():
 
 
 def test_legacy_runtime_stats_checkpoint_becomes_the_scale():
-    from brevitas_cpp.inject.solver.act import ConvertRuntimeStatsToParameter
+    from brevitas_cpp.quant.solver.act import ConvertRuntimeStatsToParameter
     from brevitas_cpp.proxy import utils as proxy_utils
 
     assert proxy_utils.ConvertRuntimeStatsToParameter is ConvertRuntimeStatsToParameter

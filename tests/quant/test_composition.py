@@ -12,8 +12,7 @@ from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import FloorSte
 from brevitas_cpp.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas_cpp.core.scaling import ConstScaling
-from brevitas_cpp.inject import solver as inject_solver
-from brevitas_cpp.inject.solver import QuantizerSolveError
+from brevitas_cpp.quant.solver import QuantizerSolveError
 from brevitas_cpp.quant import (
     Int8ActPerTensorFloat,
     Int8WeightPerChannelFloat,
@@ -86,12 +85,15 @@ def test_solver_import_paths_match_brevitas():
         TruncQuantSolver,
         WeightQuantSolver,
     )
-    from brevitas_cpp.quant.solver.weight import WeightQuantSolver as FromSubmodule
+    from brevitas_cpp.quant.solver.act import ActQuantSolver as ActFromSubmodule
+    from brevitas_cpp.quant.solver.bias import BiasQuantSolver as BiasFromSubmodule
+    from brevitas_cpp.quant.solver.trunc import TruncQuantSolver as TruncFromSubmodule
+    from brevitas_cpp.quant.solver.weight import WeightQuantSolver as WeightFromSubmodule
 
-    assert WeightQuantSolver is inject_solver.WeightQuantSolver is FromSubmodule
-    assert ActQuantSolver is inject_solver.ActQuantSolver
-    assert BiasQuantSolver is inject_solver.BiasQuantSolver
-    assert TruncQuantSolver is inject_solver.TruncQuantSolver
+    assert WeightQuantSolver is WeightFromSubmodule
+    assert ActQuantSolver is ActFromSubmodule
+    assert BiasQuantSolver is BiasFromSubmodule
+    assert TruncQuantSolver is TruncFromSubmodule
 
 
 def build(name):

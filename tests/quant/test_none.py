@@ -2,7 +2,7 @@
 
 import pytest
 
-from brevitas_cpp.inject.solver import (
+from brevitas_cpp.quant.solver import (
     ActQuantSolver,
     BiasQuantSolver,
     TruncQuantSolver,

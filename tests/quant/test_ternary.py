@@ -10,7 +10,7 @@ from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import InplaceTensorClampSte, TensorClamp
 from brevitas_cpp.core.quant import RescalingIntQuant
 from brevitas_cpp.core.scaling import ConstScaling
-from brevitas_cpp.inject.solver import QuantizerSolveError
+from brevitas_cpp.quant.solver import QuantizerSolveError
 from brevitas_cpp.quant import SignedTernaryActPerTensorConst, SignedTernaryWeightPerTensorConst
 
 ZERO = torch.tensor(0.0)

@@ -15,6 +15,7 @@ from brevitas_cpp import jit
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
 from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.core.scaling import TruncMsbScaling
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function.ops import max_int, min_int
 from brevitas_cpp.function.ops_ste import round_ste
@@ -113,19 +114,6 @@ class RescalingIntQuant(jit.ScriptModule):
         return y, scale, zero_point, bit_width
 
 
-def _default_trunc_scaling_impl() -> Module:
-    # Imported when first needed, so that importing core.quant never loads core.scaling (which
-    # may itself import from core.quant): no import cycle between the two packages.
-    try:
-        from brevitas_cpp.core.scaling import TruncMsbScaling
-    except ImportError as exc:
-        raise ImportError(
-            "TruncIntQuant: trunc_scaling_impl defaults to brevitas_cpp.core.scaling."
-            f"TruncMsbScaling, which could not be imported ({exc}); pass trunc_scaling_impl "
-            "explicitly") from exc
-    return TruncMsbScaling()
-
-
 class TruncIntQuant(jit.ScriptModule):
     """Requantize an integer-valued x (given as value, scale, zero point, bit width and sign) to
     the bit width of bit_width_impl(), dropping the bits trunc_scaling_impl says to drop:
@@ -153,7 +141,7 @@ class TruncIntQuant(jit.ScriptModule):
         super().__init__()
         owner = type(self).__name__
         if trunc_scaling_impl is None:
-            trunc_scaling_impl = _default_trunc_scaling_impl()
+            trunc_scaling_impl = TruncMsbScaling()
         check_module(owner, "float_to_int_impl", float_to_int_impl)
         check_module(owner, "bit_width_impl", bit_width_impl)
         check_module(owner, "trunc_scaling_impl", trunc_scaling_impl)

@@ -19,6 +19,8 @@ import inspect
 import pkgutil
 from typing import Any, Dict, FrozenSet, Iterable, Mapping
 
+import brevitas_cpp.core as core
+
 __all__ = ["filter_kwargs", "core_block_argument_names", "quantizer_vocabulary"]
 
 # Read by brevitas_cpp.proxy straight off the quantizer, not through any core block.
@@ -45,8 +47,6 @@ def _init_argument_names(cls: type) -> Iterable[str]:
 @functools.lru_cache(maxsize=None)
 def core_block_argument_names() -> FrozenSet[str]:
     """Constructor argument names of every class defined under brevitas_cpp.core."""
-    import brevitas_cpp.core as core
-
     names = set()
     for info in pkgutil.walk_packages(core.__path__, core.__name__ + "."):
         module = importlib.import_module(info.name)

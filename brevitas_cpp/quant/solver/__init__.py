@@ -1,14 +1,17 @@
-"""Brevitas's import path for the solvers (``from brevitas.quant.solver import
-WeightQuantSolver``); they live in :mod:`brevitas_cpp.inject.solver`."""
+"""Solvers: injector mixins that turn a quantizer's enum settings into core blocks at injection
+time (Brevitas's brevitas.quant.solver). They name the proxy each kind of quantizer gets, so
+they live above brevitas_cpp.proxy, as in Brevitas.
 
-from brevitas_cpp.inject.solver import (
-    ActQuantSolver,
-    BiasQuantSolver,
-    QuantizerSolveError,
-    TruncQuantSolver,
-    WeightQuantSolver,
-)
-from brevitas_cpp.inject.solver import act, bias, common, parameter, trunc, weight
+A ready-made quantizer lists its setting mixins first and one solver last, e.g.
+``class Q(NarrowIntQuant, MaxStatsScaling, PerTensorFloatScaling8bit, WeightQuantSolver)``; an
+attribute declared by an earlier base or by the quantizer itself overrides the solver's choice.
+"""
+
+from brevitas_cpp.quant.solver.act import ActQuantSolver
+from brevitas_cpp.quant.solver.bias import BiasQuantSolver
+from brevitas_cpp.quant.solver.common import QuantizerSolveError
+from brevitas_cpp.quant.solver.trunc import TruncQuantSolver
+from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 
 __all__ = [
     "ActQuantSolver",
@@ -17,11 +20,3 @@ __all__ = [
     "TruncQuantSolver",
     "WeightQuantSolver",
 ]
-
-# Brevitas's submodule paths too (``from brevitas.quant.solver.weight import ...``).
-import sys as _sys
-
-for _name, _module in (("act", act), ("bias", bias), ("common", common), ("parameter", parameter),
-                       ("trunc", trunc), ("weight", weight)):
-    _sys.modules[f"{__name__}.{_name}"] = _module
-del _sys, _name, _module

@@ -31,8 +31,8 @@ from brevitas_cpp.core.stats import (
     PercentileInterval,
 )
 from brevitas_cpp.inject import ExtendedInjector
-from brevitas_cpp.inject.solver import QuantizerSolveError
-from brevitas_cpp.inject.solver.common import (
+from brevitas_cpp.quant.solver import QuantizerSolveError
+from brevitas_cpp.quant.solver.common import (
     SolveAffineRescalingFromEnum,
     SolveBitWidthImplFromEnum,
     SolveDtypeDeviceFromTrackedParameterList,

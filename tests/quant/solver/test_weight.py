@@ -19,7 +19,7 @@ from brevitas_cpp.core.scaling import (
     ParameterScaling,
     StatsFromParameterScaling,
 )
-from brevitas_cpp.inject.solver import QuantizerSolveError, WeightQuantSolver
+from brevitas_cpp.quant.solver import QuantizerSolveError, WeightQuantSolver
 from brevitas_cpp.quant.base import MaxStatsScaling, NarrowIntQuant, PerChannelFloatScaling8bit
 
 

@@ -7,7 +7,7 @@ import torch
 from brevitas_cpp.core.function_wrapper import FloorSte, RoundSte
 from brevitas_cpp.core.quant import TruncIntQuant
 from brevitas_cpp.core.scaling import PowerOfTwoIntScaling, TruncMsbScaling, TruncScalingWrapper
-from brevitas_cpp.inject.solver import QuantizerSolveError, TruncQuantSolver
+from brevitas_cpp.quant.solver import QuantizerSolveError, TruncQuantSolver
 from brevitas_cpp.quant.base import ParamFromRuntimePercentileScaling, PerTensorPoTScaling8bit
 
 

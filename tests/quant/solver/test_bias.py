@@ -7,7 +7,7 @@ from torch import nn
 
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant import PrescaledRestrictIntQuant, RescalingIntQuant
-from brevitas_cpp.inject.solver import BiasQuantSolver, QuantizerSolveError
+from brevitas_cpp.quant.solver import BiasQuantSolver, QuantizerSolveError
 from brevitas_cpp.quant.base import IntQuant, MaxStatsScaling, PerTensorFloatScaling8bit
 
 

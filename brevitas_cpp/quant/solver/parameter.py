@@ -17,7 +17,7 @@ from brevitas_cpp.core.scaling import (
 )
 from brevitas_cpp.inject.enum import BitWidthImplType, ScalingImplType, ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, this, value
-from brevitas_cpp.inject.solver.common import (
+from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveAffineRescalingFromEnum,
     quantizer_name,

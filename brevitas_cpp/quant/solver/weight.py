@@ -12,7 +12,7 @@ from torch import nn
 from brevitas_cpp.core.quant import BinaryQuant
 from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
-from brevitas_cpp.inject.solver.common import (
+from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveBitWidthImplFromEnum,
     SolveDtypeDeviceFromTrackedParameterList,
@@ -27,7 +27,7 @@ from brevitas_cpp.inject.solver.common import (
     quantizer_name,
     solve_scaled_tensor_quant,
 )
-from brevitas_cpp.inject.solver.parameter import (
+from brevitas_cpp.quant.solver.parameter import (
     SolveInputViewImpl,
     SolveParameterScalingImplFromEnum,
     SolveParameterScalingInitFromEnum,

@@ -5,14 +5,14 @@ from brevitas_cpp.core.quant import TruncIntQuant
 from brevitas_cpp.core.scaling import PowerOfTwoIntScaling, TruncMsbScaling, TruncScalingWrapper
 from brevitas_cpp.inject.enum import QuantType, RestrictValueType, TruncScalingImplType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
-from brevitas_cpp.inject.solver.act import (
+from brevitas_cpp.quant.solver.act import (
     SolveActScalingImplFromEnum,
     SolveActScalingInitFromEnum,
     SolveActScalingPerOutputChannelShape,
     SolveActScalingShape,
     SolveUpdateStateDictImplFromEnum,
 )
-from brevitas_cpp.inject.solver.common import (
+from brevitas_cpp.quant.solver.common import (
     SolveBitWidthImplFromEnum,
     SolveIntScalingImplFromEnum,
     SolveRestrictScalingImplFromEnum,
@@ -23,7 +23,7 @@ from brevitas_cpp.inject.solver.common import (
     to_enum,
     unsupported,
 )
-from brevitas_cpp.inject.solver.parameter import SolveInputViewImpl
+from brevitas_cpp.quant.solver.parameter import SolveInputViewImpl
 from brevitas_cpp.proxy.runtime_quant import TruncQuantProxyFromInjector
 
 __all__ = [

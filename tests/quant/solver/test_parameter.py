@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from brevitas_cpp.core.function_wrapper import Identity, TensorClamp, TensorClampSte
-from brevitas_cpp.inject.solver import QuantizerSolveError
-from brevitas_cpp.inject.solver.parameter import (
+from brevitas_cpp.quant.solver import QuantizerSolveError
+from brevitas_cpp.quant.solver.parameter import (
     HeScalingInit,
     ScalingConstInit,
     SolveInputViewImpl,

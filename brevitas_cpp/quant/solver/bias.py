@@ -4,7 +4,7 @@
 from brevitas_cpp.core.quant import PrescaledRestrictIntQuant, RescalingIntQuant
 from brevitas_cpp.inject.enum import QuantType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
-from brevitas_cpp.inject.solver.common import (
+from brevitas_cpp.quant.solver.common import (
     SolveBitWidthImplFromEnum,
     SolveDtypeDeviceFromTrackedParameterList,
     SolveIntQuantFromEnum,
@@ -17,7 +17,7 @@ from brevitas_cpp.inject.solver.common import (
     to_enum,
     unsupported,
 )
-from brevitas_cpp.inject.solver.parameter import (
+from brevitas_cpp.quant.solver.parameter import (
     SolveInputViewImpl,
     SolveParameterScalingImplFromEnum,
     SolveParameterScalingInitFromEnum,
@@ -25,7 +25,7 @@ from brevitas_cpp.inject.solver.parameter import (
     SolveParameterTensorClampImplFromEnum,
     require_module,
 )
-from brevitas_cpp.inject.solver.weight import shared_property
+from brevitas_cpp.quant.solver.weight import shared_property
 from brevitas_cpp.proxy.parameter_quant import BiasQuantProxyFromInjector
 
 __all__ = [

@@ -12,8 +12,8 @@ from brevitas_cpp.core.scaling import (
     ParameterScaling,
     RuntimeStatsScaling,
 )
-from brevitas_cpp.inject.solver import ActQuantSolver, QuantizerSolveError
-from brevitas_cpp.inject.solver.act import ConvertRuntimeStatsToParameter, MinMaxScalingInit
+from brevitas_cpp.quant.solver import ActQuantSolver, QuantizerSolveError
+from brevitas_cpp.quant.solver.act import ConvertRuntimeStatsToParameter, MinMaxScalingInit
 from brevitas_cpp.quant.base import (
     IntQuant,
     ParamFromRuntimePercentileScaling,

@@ -16,7 +16,7 @@ from brevitas_cpp.core.scaling import (
 )
 from brevitas_cpp.inject.enum import ScalingImplType, ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
-from brevitas_cpp.inject.solver.common import (
+from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveAffineRescalingFromEnum,
     SolveBitWidthImplFromEnum,
@@ -33,8 +33,9 @@ from brevitas_cpp.inject.solver.common import (
     to_enum,
     unsupported,
 )
-from brevitas_cpp.inject.solver.parameter import SolveInputViewImpl, _SolveScalingInitFromImpl
+from brevitas_cpp.quant.solver.parameter import SolveInputViewImpl, _SolveScalingInitFromImpl
 from brevitas_cpp.proxy.runtime_quant import ActQuantProxyFromInjector
+from brevitas_cpp.proxy.utils import ConvertRuntimeStatsToParameter
 
 __all__ = [
     "ConvertRuntimeStatsToParameter",
@@ -63,33 +64,6 @@ class MinMaxScalingInit:
 
     def __call__(self) -> torch.Tensor:
         return self.scaling_init
-
-
-class ConvertRuntimeStatsToParameter:
-    """state_dict hook for activation scales learned from runtime statistics: a checkpoint that
-    holds only the collected statistic (taken while the scale was not a parameter yet) gets the
-    parameter initialised from it, and the statistics are dropped.
-
-    Key layout as in Brevitas's activation proxies; brevitas_cpp.proxy calls it as
-    ``hook(prefix, state_dict)`` before loading.
-    """
-
-    def __init__(self, restrict_scaling_impl: torch.nn.Module) -> None:
-        self.restrict_scaling_impl = restrict_scaling_impl
-        self.scaling_impl_postfix = "fused_activation_quant_proxy.tensor_quant.scaling_impl"
-        self.runtime_stats_postfix = self.scaling_impl_postfix + ".runtime_stats"
-        self.running_stats_postfix = self.runtime_stats_postfix + ".running_stats"
-        self.scaling_parameter_postfix = self.scaling_impl_postfix + ".value"
-
-    def __call__(self, prefix: str, state_dict: dict) -> None:
-        stats_key = prefix + self.running_stats_postfix
-        parameter_key = prefix + self.scaling_parameter_postfix
-        if stats_key in state_dict and parameter_key not in state_dict:
-            # Statistics are in the float domain; the parameter lives in the restricted one.
-            init = state_dict[stats_key].abs()
-            state_dict[parameter_key] = self.restrict_scaling_impl.restrict_init_tensor(init)
-        for key in [k for k in state_dict if k.startswith(prefix + self.runtime_stats_postfix)]:
-            del state_dict[key]
 
 
 class SolveActScalingImplFromEnum(SolveAffineRescalingFromEnum):

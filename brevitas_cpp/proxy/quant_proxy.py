@@ -15,13 +15,7 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from brevitas_cpp import config
-from brevitas_cpp.core.function_wrapper import (
-    CeilSte,
-    DPURoundSte,
-    FloorSte,
-    RoundSte,
-    RoundToZeroSte,
-)
+from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL
 from brevitas_cpp.core.scaling import (
     ParameterFromRuntimeStatsScaling,
     ParameterFromStatsFromParameterScaling,
@@ -67,16 +61,6 @@ def _is_narrow_range(quant_injector) -> Optional[bool]:
     return quant_injector.narrow_range if "narrow_range" in quant_injector else None
 
 
-# Rounding blocks by the name of their rounding mode.
-_FLOAT_TO_INT_IMPL_MODES = (
-    (RoundSte, FloatToIntImplType.ROUND),
-    (RoundToZeroSte, FloatToIntImplType.ROUND_TO_ZERO),
-    (FloorSte, FloatToIntImplType.FLOOR),
-    (CeilSte, FloatToIntImplType.CEIL),
-    (DPURoundSte, FloatToIntImplType.DPU),
-)
-
-
 def _rounding_mode(quant_injector) -> Optional[str]:
     if "float_to_int_impl_type" in quant_injector:
         return str(quant_injector.float_to_int_impl_type)
@@ -85,9 +69,10 @@ def _rounding_mode(quant_injector) -> Optional[str]:
             impl = quant_injector.float_to_int_impl
         except Exception:  # a quantizer that can not build it has no rounding mode to report
             return None
-        for impl_class, mode in _FLOAT_TO_INT_IMPL_MODES:
+        # A subclass of a rounding block reports its base's mode.
+        for impl_class, mode in ROUNDING_MODE_OF_IMPL.items():
             if isinstance(impl, impl_class):
-                return str(mode).upper()
+                return mode.upper()
     return None
 
 

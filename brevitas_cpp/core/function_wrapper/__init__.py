@@ -6,6 +6,7 @@ from brevitas_cpp.core.function_wrapper.ops_ste import (
     CeilSte,
     DPURoundSte,
     FloorSte,
+    ROUNDING_MODE_OF_IMPL,
     InplaceTensorClampSte,
     RoundSte,
     RoundToZeroSte,
@@ -27,6 +28,6 @@ __all__ = [
     "Abs", "CeilSte", "ClampMin", "DPURoundSte", "FloorSte", "Identity", "InplaceLogTwo",
     "InplaceTensorClampSte", "LogTwo", "OverBatchOverOutputChannelView", "OverBatchOverTensorView",
     "OverOutputChannelView", "OverOutputFeaturesView", "OverTensorView", "PermuteDims",
-    "PowerOfTwo", "RoundSte", "RoundToZeroSte", "ScalarClamp", "ScalarClampMinSte",
+    "PowerOfTwo", "ROUNDING_MODE_OF_IMPL", "RoundSte", "RoundToZeroSte", "ScalarClamp", "ScalarClampMinSte",
     "ScalarSignedClampMinSte", "StatsInputViewShapeImpl", "TensorClamp", "TensorClampSte",
 ]

@@ -1,5 +1,7 @@
 """Module wrappers of the straight-through estimators, each one call to a C++ op."""
 
+from typing import Dict
+
 import torch
 from torch import Tensor
 
@@ -70,6 +72,18 @@ class DPURoundSte(jit.ScriptModule):
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return dpu_round_ste(x)
+
+
+# The one rounding-mode table: each rounding block and the rounding_mode of the fused int_quant op
+# that computes the same (the op's accepted modes; tests/core/test_rounding_modes.py checks the
+# two agree). FloatToIntImplType's members carry the same names, upper-case.
+ROUNDING_MODE_OF_IMPL: Dict[type, str] = {
+    RoundSte: "round",
+    FloorSte: "floor",
+    CeilSte: "ceil",
+    RoundToZeroSte: "round_to_zero",
+    DPURoundSte: "dpu",
+}
 
 
 class ScalarClampMinSte(jit.ScriptModule):

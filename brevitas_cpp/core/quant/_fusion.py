@@ -14,24 +14,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from brevitas_cpp.core.function_wrapper import (
-    CeilSte,
-    DPURoundSte,
-    FloorSte,
-    RoundSte,
-    RoundToZeroSte,
-    TensorClamp,
-    TensorClampSte,
-)
-
-# float_to_int_impl type -> int_quant's rounding_mode.
-ROUNDING_MODE_OF_IMPL: Dict[type, str] = {
-    RoundSte: "round",
-    FloorSte: "floor",
-    CeilSte: "ceil",
-    RoundToZeroSte: "round_to_zero",
-    DPURoundSte: "dpu",
-}
+from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL, TensorClamp, TensorClampSte
 
 # tensor_clamp_impl type -> int_quant's clamp_ste.
 CLAMP_STE_OF_IMPL: Dict[type, bool] = {TensorClamp: False, TensorClampSte: True}

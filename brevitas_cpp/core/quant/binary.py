@@ -7,7 +7,7 @@ get no gradient). Operands the op does not take as they are (another dtype or de
 composition, as does a user-supplied clamp block.
 """
 
-from typing import Any, Tuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -22,8 +22,8 @@ from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function import binary_quant, clamped_binary_quant
 from brevitas_cpp.function.ops_ste import binary_sign_ste
+from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 
-QuantTuple = Tuple[Tensor, Tensor, Tensor, Tensor]
 
 
 def _constant(value: float) -> StatelessBuffer:
@@ -53,7 +53,7 @@ class BinaryQuant(jit.ScriptModule):
         self.delay_wrapper = DelayWrapper(quant_delay_steps)
 
     @jit.script_method
-    def forward(self, x: Tensor) -> QuantTuple:
+    def forward(self, x: Tensor) -> QuantBlockOutput:
         scale = self.scaling_impl(x)
         if scaled_operands_fit(x, scale):
             y = binary_quant(x, scale)
@@ -98,7 +98,7 @@ class ClampedBinaryQuant(jit.ScriptModule):
             self._decide_fusion()
 
     @jit.script_method
-    def forward(self, x: Tensor) -> QuantTuple:
+    def forward(self, x: Tensor) -> QuantBlockOutput:
         scale = self.scaling_impl(x)
         if self.fused and scaled_operands_fit(x, scale):
             y = clamped_binary_quant(x, scale)

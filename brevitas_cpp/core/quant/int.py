@@ -5,7 +5,7 @@ already integer-valued tensor to fewer bits.
 Each returns the tuple (quantized value, scale, zero_point, bit_width).
 """
 
-from typing import Optional, Tuple, Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -19,8 +19,8 @@ from brevitas_cpp.core.scaling import TruncMsbScaling
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function.ops import max_int, min_int
 from brevitas_cpp.function.ops_ste import round_ste
+from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 
-QuantTuple = Tuple[Tensor, Tensor, Tensor, Tensor]
 
 
 def _hold_prescaled_blocks(block: Module, int_quant: Module, bit_width_impl: Module) -> None:
@@ -46,7 +46,7 @@ class PrescaledRestrictIntQuantWithInputBitWidth(jit.ScriptModule):
         _hold_prescaled_blocks(self, int_quant, bit_width_impl)
 
     @jit.script_method
-    def forward(self, x: Tensor, scale: Tensor, input_bit_width: Tensor) -> QuantTuple:
+    def forward(self, x: Tensor, scale: Tensor, input_bit_width: Tensor) -> QuantBlockOutput:
         bit_width = self.msb_clamp_bit_width_impl(input_bit_width)
         zero_point = self.zero_point()
         y = self.int_quant(scale, zero_point, bit_width, x)
@@ -63,7 +63,7 @@ class PrescaledRestrictIntQuant(jit.ScriptModule):
         _hold_prescaled_blocks(self, int_quant, bit_width_impl)
 
     @jit.script_method
-    def forward(self, x: Tensor, scale: Tensor) -> QuantTuple:
+    def forward(self, x: Tensor, scale: Tensor) -> QuantBlockOutput:
         msb_clamp_bit_width = self.msb_clamp_bit_width_impl()
         zero_point = self.zero_point()
         y = self.int_quant(scale, zero_point, msb_clamp_bit_width, x)
@@ -102,7 +102,7 @@ class RescalingIntQuant(jit.ScriptModule):
         self.observer_only = jit.Attribute(False, bool)
 
     @jit.script_method
-    def forward(self, x: Tensor) -> QuantTuple:
+    def forward(self, x: Tensor) -> QuantBlockOutput:
         bit_width = self.msb_clamp_bit_width_impl()
         int_threshold = self.int_scaling_impl(bit_width)
         scale = self.scaling_impl(x, int_threshold)
@@ -165,7 +165,7 @@ class TruncIntQuant(jit.ScriptModule):
 
     @jit.script_method
     def forward(self, x: Tensor, scale: Tensor, zero_point: Tensor, input_bit_width: Tensor,
-                signed: Union[bool, Tensor]) -> QuantTuple:
+                signed: Union[bool, Tensor]) -> QuantBlockOutput:
         # Two roundings with a division between them: not the single affine step int_quant
         # fuses, so this stays a composition of the (C++) elementwise ops.
         y = x / scale

@@ -7,7 +7,7 @@ computed by the fused C++ op ternary_quant when it takes the operands as they ar
 """
 
 import math
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -20,8 +20,8 @@ from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function import ternary_quant
 from brevitas_cpp.function.ops_ste import ternary_sign_ste
+from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 
-QuantTuple = Tuple[Tensor, Tensor, Tensor, Tensor]
 
 
 def _ternary_fusable(x: Tensor, scale: Tensor) -> bool:
@@ -56,7 +56,7 @@ class TernaryQuant(jit.ScriptModule):
         self.delay_wrapper = DelayWrapper(quant_delay_steps)
 
     @jit.script_method
-    def forward(self, x: Tensor) -> QuantTuple:
+    def forward(self, x: Tensor) -> QuantBlockOutput:
         scale = self.scaling_impl(x)
         if _ternary_fusable(x, scale):
             y = ternary_quant(x, scale, self.threshold)

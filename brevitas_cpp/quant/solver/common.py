@@ -15,14 +15,7 @@ import torch
 from torch import Tensor
 
 from brevitas_cpp.core.bit_width import BitWidthConst, BitWidthParameter, BitWidthStatefulConst
-from brevitas_cpp.core.function_wrapper import (
-    CeilSte,
-    DPURoundSte,
-    FloorSte,
-    RoundSte,
-    RoundToZeroSte,
-    StatsInputViewShapeImpl,
-)
+from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL, StatsInputViewShapeImpl
 from brevitas_cpp.core.quant import IntQuant, RescalingIntQuant, TernaryQuant
 from brevitas_cpp.core.restrict_val import (
     FloatRestrictValue,
@@ -142,16 +135,15 @@ def _check_bit_width(bit_width: Any, quantizer: Any) -> None:
 # ---- enum -> class tables ---------------------------------------------------------------------
 
 
+# The inverse of the rounding-mode table (ROUNDING_MODE_OF_IMPL).
+_IMPL_OF_FLOAT_TO_INT_TYPE = {
+    FloatToIntImplType[mode.upper()]: impl for impl, mode in ROUNDING_MODE_OF_IMPL.items()}
+
+
 def solve_float_to_int_impl_from_enum(impl_type: Any, quantizer: Any = None) -> type:
     """The rounding block for a FloatToIntImplType."""
     impl_type = to_enum(FloatToIntImplType, impl_type, "float_to_int_impl_type", quantizer)
-    return {
-        FloatToIntImplType.ROUND: RoundSte,
-        FloatToIntImplType.FLOOR: FloorSte,
-        FloatToIntImplType.CEIL: CeilSte,
-        FloatToIntImplType.ROUND_TO_ZERO: RoundToZeroSte,
-        FloatToIntImplType.DPU: DPURoundSte,
-    }[impl_type]
+    return _IMPL_OF_FLOAT_TO_INT_TYPE[impl_type]
 
 
 def solve_bit_width_impl_from_enum(impl_type: Any, quantizer: Any = None) -> type:

@@ -28,9 +28,6 @@ JIT_ENABLED: bool = env_to_bool("BREVITAS_JIT", False) and bool(_torch_jit_enabl
 REINIT_ON_STATE_DICT_LOAD: bool = env_to_bool("BREVITAS_REINIT_ON_STATE_DICT_LOAD", True)
 IGNORE_MISSING_KEYS: bool = env_to_bool("BREVITAS_IGNORE_MISSING_KEYS", False)
 
-# Set by export code to save tracked parameters that quantizers normally leave out.
+# Brevitas's switch (set by the user or export code) to save the tracked parameters that
+# quantizers normally leave out of their state_dict.
 _FULL_STATE_DICT: bool = False
-# Set while a quant layer runs its forward (proxies read it to tell a layer call from a direct one).
-_IS_INSIDE_QUANT_LAYER = None
-# Set by export code while a model is being exported.
-_ONGOING_EXPORT = None

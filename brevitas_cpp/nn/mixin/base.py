@@ -7,14 +7,15 @@ conventions (``return_quant_tensor``).
 
 Unlike Brevitas, a keyword argument no quantizer of the layer can consume is an error (see
 brevitas_cpp.nn.mixin.utils for what "consume" means). It can only be judged once every mixin of
-the layer has claimed its prefix, so the check runs when the layer's outermost ``__init__``
-returns: every subclass ``__init__`` is wrapped to count nesting depth (``__init_subclass__``).
+the layer has claimed its prefix, so the check runs when the layer's construction returns: the
+metaclass's ``__call__`` (``type(layer)(...)`` runs it after ``__init__``, however deeply the
+subclass constructors nest).
 Shared proxies start tracking the layer only after that check has passed, so a rejected layer
 leaves no trace in a proxy it was given.
 """
 
 import difflib
-import functools
+import inspect
 from dataclasses import dataclass, field
 from inspect import isclass
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Union
@@ -46,7 +47,6 @@ class _Claim:
 @dataclass
 class _KwargsBook:
     """Bookkeeping of one layer construction, dropped when the outermost __init__ returns."""
-    depth: int = 0
     kwargs: Dict[str, Any] = field(default_factory=dict)  # as the user passed them
     internal: Set[str] = field(default_factory=set)  # names the mixins add themselves
     claims: List[_Claim] = field(default_factory=list)
@@ -69,26 +69,6 @@ def mark_internal_kwargs(layer: Any, *names: str) -> None:
     """Declare keyword names a mixin passes on its own (e.g. ``input_act_impl``), so the
     check does not hold them against the user."""
     _book(layer).internal.update(names)
-
-
-def _checked_init(init):
-    """Wrap a subclass __init__ so the outermost one finishes the layer's construction."""
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        book = _book(self)
-        book.depth += 1
-        try:
-            init(self, *args, **kwargs)
-        finally:
-            book.depth -= 1
-            if book.depth == 0:
-                self.__dict__.pop(_BOOK, None)
-        if book.depth == 0:
-            _finish_construction(self, book)
-
-    __init__._finishes_quant_layer = True
-    return __init__
 
 
 def _finish_construction(layer: Any, book: _KwargsBook) -> None:
@@ -132,19 +112,30 @@ def _check_kwarg(layer: Any, book: _KwargsBook, name: str) -> None:
         f"prefixes: {prefixes}.{hint}")
 
 
-class QuantProxyMixin(ScriptableQuantModule):
+class _FinishesConstruction(type):
+    """Metaclass of the quant layers: finishes a layer once its whole __init__ has run."""
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        # What inspect.signature(cls) shows: __init__'s, not this __call__'s (*args, **kwargs).
+        init = inspect.signature(cls.__init__)
+        return init.replace(parameters=list(init.parameters.values())[1:])
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        layer = super().__call__(*args, **kwargs)
+        book = layer.__dict__.pop(_BOOK, None)
+        if book is not None:
+            _finish_construction(layer, book)
+        return layer
+
+
+class QuantProxyMixin(ScriptableQuantModule, metaclass=_FinishesConstruction):
     """Builds the proxy ``<proxy_prefix>quant`` of a layer.
 
     ``quant`` is a quantizer class (an injector: specialised with the layer's keywords that
     start with ``kwargs_prefix``, then turned into a proxy by its ``proxy_class``), a proxy
     instance (shared between layers) or None (the ``none_quant_injector``: quantization off).
     """
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        init = cls.__dict__.get("__init__")
-        if init is not None and not getattr(init, "_finishes_quant_layer", False):
-            cls.__init__ = _checked_init(init)
 
     def __init__(
             self,

@@ -65,6 +65,7 @@ def sync():
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()
 
+
 IMPLS = ("copy", "ours", "native", "unfused")
 
 
@@ -85,7 +86,9 @@ class Problem:
             c = shape[0]
             s = amax.reshape(c, -1).amax(dim=1) / QMAX  # [C]
             self.scale_1d = s.clone().requires_grad_(learned)  # native per-channel: [C]
-            self.scale = s.view(c, *([1] * (len(shape) - 1))).clone().requires_grad_(learned)  # ours: [C,1,1,1]
+            self.scale = (
+                s.view(c, *([1] * (len(shape) - 1))).clone().requires_grad_(learned)
+            )  # ours: [C,1,1,1]
             self.zp = torch.zeros_like(self.scale)
             self.zp_int_1d = torch.zeros(c, dtype=torch.int32)
             self.zp_float_1d = torch.zeros(c)
@@ -115,16 +118,22 @@ class Problem:
     def forward(self, impl):
         x = self.x
         if impl == "ours":
-            return torch.ops.brevitas_cpp.int_quant(x, self.scale, self.zp, self.bit_width, True, False, "round", False)
+            return torch.ops.brevitas_cpp.int_quant(
+                x, self.scale, self.zp, self.bit_width, True, False, "round", False
+            )
         if impl == "native":
             if self.granularity == "channel":
                 if self.learned:
                     return torch._fake_quantize_learnable_per_channel_affine(
-                        x, self.scale_1d, self.zp_float_1d, 0, QMIN, QMAX, 1.0)
-                return torch.fake_quantize_per_channel_affine(x, self.scale_1d, self.zp_int_1d, 0, QMIN, QMAX)
+                        x, self.scale_1d, self.zp_float_1d, 0, QMIN, QMAX, 1.0
+                    )
+                return torch.fake_quantize_per_channel_affine(
+                    x, self.scale_1d, self.zp_int_1d, 0, QMIN, QMAX
+                )
             if self.learned:
                 return torch._fake_quantize_learnable_per_tensor_affine(
-                    x, self.scale_1d, self.zp_float_1d, QMIN, QMAX, 1.0)
+                    x, self.scale_1d, self.zp_float_1d, QMIN, QMAX, 1.0
+                )
             return torch.fake_quantize_per_tensor_affine(x, self.scale_float, 0, QMIN, QMAX)
         if impl == "unfused":
             s, z = self.scale, self.zp
@@ -188,7 +197,7 @@ def time_impl(p, impl, reps, warmup):
     fwd = measure(lambda: p.forward(impl), reps, warmup)
     y = p.forward(impl)
     bwd = measure(lambda: torch.autograd.grad(y, inputs, p.g, retain_graph=True), reps, warmup)
-    del y
+    y = None  # frees the graph kept for the backward timing
 
     def fwd_bwd():
         out = p.forward(impl)
@@ -242,9 +251,18 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer shapes and reps")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    ap.add_argument("--reps", type=int, default=None, help="timed reps per measurement (default 7, big shapes 3)")
-    ap.add_argument("--stat", choices=("median", "min"), default="median",
-                    help="statistic over reps (min is steadier on a busy machine; default median)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="timed reps per measurement (default 7, big shapes 3)",
+    )
+    ap.add_argument(
+        "--stat",
+        choices=("median", "min"),
+        default="median",
+        help="statistic over reps (min is steadier on a busy machine; default median)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = ap.parse_args(argv)
     global STAT, DEVICE
@@ -256,11 +274,17 @@ def main(argv=None):
         print("device:", torch.cuda.get_device_name(DEVICE))
 
     print("brevitas_cpp.build_info():", brevitas_cpp.build_info())
-    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, "
-          f"torch.get_num_threads() at start {torch.get_num_threads()}")
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (a busy shared machine makes 2-thread "
-          "runs noisy)")
-    print(f"int_quant: signed 8 bit, round, clamp_ste=False, zero point 0; times are {args.stat}s\n")
+    print(
+        f"torch {torch.__version__}, python {sys.version.split()[0]}, "
+        f"torch.get_num_threads() at start {torch.get_num_threads()}"
+    )
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (a busy shared machine makes 2-thread "
+        "runs noisy)"
+    )
+    print(
+        f"int_quant: signed 8 bit, round, clamp_ste=False, zero point 0; times are {args.stat}s\n"
+    )
 
     shapes = QUICK_SHAPES if args.quick else (CUDA_SHAPES if DEVICE.type == "cuda" else FULL_SHAPES)
     summary = []
@@ -284,15 +308,21 @@ def main(argv=None):
             for nt in threads:
                 torch.set_num_threads(nt)
                 res = {impl: time_impl(p, impl, reps, warmup) for impl in IMPLS}
-                print(f"== {name} ({'per-channel dim 0' if granularity == 'channel' else 'per-tensor'} scale), "
-                      f"{mode} scale, threads={nt}, numel={numel}, reps={reps}")
-                print(f"   {'impl':<8} {'fwd':>11} {'bwd':>11} {'fwd+bwd':>11}   saved B/elem (new)")
+                print(
+                    f"== {name} ({'per-channel dim 0' if granularity == 'channel' else 'per-tensor'} scale), "
+                    f"{mode} scale, threads={nt}, numel={numel}, reps={reps}"
+                )
+                print(
+                    f"   {'impl':<8} {'fwd':>11} {'bwd':>11} {'fwd+bwd':>11}   saved B/elem (new)"
+                )
                 for impl in IMPLS:
                     f, b, fb = res[impl]
                     tot, new = saved[impl]
                     saved_txt = f"{tot:5.2f} ({new:4.2f})" if impl != "copy" else "    -"
-                    print(f"   {impl:<8} {fmt_time(f)} {fmt_time(b)} {fmt_time(fb)}   {saved_txt}"
-                          + ("   <- bwd = 1 copy, f+b = 2 copies" if impl == "copy" else ""))
+                    print(
+                        f"   {impl:<8} {fmt_time(f)} {fmt_time(b)} {fmt_time(fb)}   {saved_txt}"
+                        + ("   <- bwd = 1 copy, f+b = 2 copies" if impl == "copy" else "")
+                    )
                 o, n, u, c = res["ours"], res["native"], res["unfused"], res["copy"]
                 r = {
                     "ours/copy fwd": o[0] / c[0],
@@ -305,22 +335,33 @@ def main(argv=None):
                 }
                 print("   ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
                 gbs = 2 * numel * p.x.element_size() / 1e9  # forward: x read, y written
-                print(f"   forward GB/s: ours {gbs / o[0]:.0f}, copy {gbs / c[0]:.0f} "
-                      f"(ours at {100 * c[0] / o[0]:.0f}% of copy bandwidth)")
+                print(
+                    f"   forward GB/s: ours {gbs / o[0]:.0f}, copy {gbs / c[0]:.0f} "
+                    f"(ours at {100 * c[0] / o[0]:.0f}% of copy bandwidth)"
+                )
                 print()
-                summary.append((name, mode, nt, r, saved["ours"][0], saved["unfused"][0], saved["native"][0]))
+                summary.append(
+                    (name, mode, nt, r, saved["ours"][0], saved["unfused"][0], saved["native"][0])
+                )
     torch.set_num_threads(max(threads))
 
-    print("== summary (ratios; < 1 means ours is faster in ours/native, > 1 means ours is faster in unfused/ours)")
+    print(
+        "== summary (ratios; < 1 means ours is faster in ours/native, > 1 means ours is faster in unfused/ours)"
+    )
     keys = list(summary[0][3].keys()) if summary else []
     head = f"{'shape':<12} {'scale':<8} {'thr':>3} " + " ".join(f"{k:>16}" for k in keys)
     head += f" {'saved ours':>10} {'unfused':>8} {'native':>7}"
     print(head)
     for name, mode, nt, r, s_ours, s_unf, s_nat in summary:
-        print(f"{name:<12} {mode:<8} {nt:>3} " + " ".join(f"{r[k]:>16.2f}" for k in keys)
-              + f" {s_ours:>10.2f} {s_unf:>8.2f} {s_nat:>7.2f}")
+        print(
+            f"{name:<12} {mode:<8} {nt:>3} "
+            + " ".join(f"{r[k]:>16.2f}" for k in keys)
+            + f" {s_ours:>10.2f} {s_unf:>8.2f} {s_nat:>7.2f}"
+        )
     print("\n(saved = bytes per element of x saved for backward, x itself included)")
-    print(f"total time {time.perf_counter() - start:.1f} s, load average now {os.getloadavg()[0]:.2f}")
+    print(
+        f"total time {time.perf_counter() - start:.1f} s, load average now {os.getloadavg()[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

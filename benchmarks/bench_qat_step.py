@@ -88,13 +88,16 @@ def import_qnn(lib):
         if sys.path[0] != REPO:
             sys.path.insert(0, REPO)  # benchmark the checkout, not an older installed copy
         import brevitas_cpp.nn as qnn
+
         return qnn
     import torch
+
     if not hasattr(torch.Tensor, "rename"):
         # Brevitas 0.12's unpack_input calls inp.rename(None) (drop named dims); torch 2.13
         # removed named tensors. A no-op is exact for our unnamed inputs.
         torch.Tensor.rename = lambda self, *names, **rename_map: self
     import brevitas.nn as qnn
+
     return qnn
 
 
@@ -106,25 +109,30 @@ class Layers:
 
     def input_quant(self):
         import torch.nn as nn
+
         if self.qnn is None:
             return nn.Identity()
         return self.qnn.QuantIdentity(bit_width=self.bits, collect_stats_steps=self.stats_steps)
 
     def conv(self, cin, cout, k, stride=1, padding=0, bias=True):
         import torch.nn as nn
+
         if self.qnn is None:
             return nn.Conv2d(cin, cout, k, stride=stride, padding=padding, bias=bias)
-        return self.qnn.QuantConv2d(cin, cout, k, stride=stride, padding=padding, bias=bias,
-                                    weight_bit_width=self.bits)
+        return self.qnn.QuantConv2d(
+            cin, cout, k, stride=stride, padding=padding, bias=bias, weight_bit_width=self.bits
+        )
 
     def linear(self, cin, cout):
         import torch.nn as nn
+
         if self.qnn is None:
             return nn.Linear(cin, cout)
         return self.qnn.QuantLinear(cin, cout, bias=True, weight_bit_width=self.bits)
 
     def relu(self):
         import torch.nn as nn
+
         if self.qnn is None:
             return nn.ReLU()
         return self.qnn.QuantReLU(bit_width=self.bits, collect_stats_steps=self.stats_steps)
@@ -133,8 +141,11 @@ class Layers:
         if self.qnn is None:
             return FloatAdd()
         return self.qnn.QuantEltwiseAdd(
-            input_bit_width=self.bits, output_bit_width=self.bits,
-            input_collect_stats_steps=self.stats_steps, output_collect_stats_steps=self.stats_steps)
+            input_bit_width=self.bits,
+            output_bit_width=self.bits,
+            input_collect_stats_steps=self.stats_steps,
+            output_collect_stats_steps=self.stats_steps,
+        )
 
 
 def _module_classes():
@@ -170,8 +181,9 @@ def _module_classes():
             self.bn2 = nn.BatchNorm2d(cout)
             self.shortcut = nn.Identity()
             if stride != 1 or cin != cout:
-                self.shortcut = nn.Sequential(L.conv(cin, cout, 1, stride=stride, bias=False),
-                                              nn.BatchNorm2d(cout))
+                self.shortcut = nn.Sequential(
+                    L.conv(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout)
+                )
             self.add, self.relu2 = L.add(), L.relu()
 
         def forward(self, x):
@@ -182,10 +194,12 @@ def _module_classes():
         def __init__(self, L):
             super().__init__()
             self.inp = L.input_quant()
-            self.stem = nn.Sequential(L.conv(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
-                                      L.relu())
-            self.blocks = nn.Sequential(BasicBlock(L, 16, 16, 1), BasicBlock(L, 16, 32, 2),
-                                        BasicBlock(L, 32, 64, 2))
+            self.stem = nn.Sequential(
+                L.conv(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), L.relu()
+            )
+            self.blocks = nn.Sequential(
+                BasicBlock(L, 16, 16, 1), BasicBlock(L, 16, 32, 2), BasicBlock(L, 32, 64, 2)
+            )
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.fc = L.linear(64, 10)
 
@@ -226,6 +240,7 @@ def ops_per_step(step):
     """Dispatcher calls (ATen and custom ops, nested calls included) in one step: a count that,
     unlike times, does not depend on the load of the machine."""
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
     return sum(1 for e in prof.events() if "::" in e.name and not e.name.startswith("autograd::"))
@@ -234,6 +249,7 @@ def ops_per_step(step):
 def saved_bytes(step_forward):
     """Bytes of the distinct storages autograd saves during one forward."""
     import torch
+
     seen = {}
 
     def pack(t):
@@ -292,9 +308,11 @@ class Run:
 def jit_enabled(lib):
     if lib == "ours":
         from brevitas_cpp import config
+
         return bool(config.JIT_ENABLED)
     if lib == "brevitas":
         from brevitas import config
+
         return bool(config.JIT_ENABLED)
     return None
 
@@ -309,12 +327,21 @@ def worker_time(cfg):
         # Learned-scale phase: warm-up (also lets the TorchScript profiling executor optimize).
         number = calibrate(run.step, cfg["warmup"], cfg["min_rep_s"])
         runs.append((run, number))
-        out.append({"lib": lib, "bits": bits, "loss0": loss0, "stats_s": stats_s,
-                    "steps_per_rep": number, "jit_enabled": jit_enabled(lib), "times": [],
-                    "cpu_times": []})
+        out.append(
+            {
+                "lib": lib,
+                "bits": bits,
+                "loss0": loss0,
+                "stats_s": stats_s,
+                "steps_per_rep": number,
+                "jit_enabled": jit_enabled(lib),
+                "times": [],
+                "cpu_times": [],
+            }
+        )
     for rep in range(cfg["reps"]):
         order = list(range(len(runs)))
-        order = order[rep % len(order):] + order[:rep % len(order)]
+        order = order[rep % len(order) :] + order[: rep % len(order)]
         for i in order:
             run, number = runs[i]
             wall, cpu = time_loop(run.step, number)
@@ -336,12 +363,17 @@ def worker_memory(cfg):
     for _ in range(cfg["warmup"] + 3):
         run.step()
     rss1 = maxrss_bytes()
-    return {"peak_rss_delta": rss1 - rss0, "rss_before": rss0, "saved": saved_bytes(run.forward_loss),
-            "params": sum(p.numel() for p in run.model.parameters())}
+    return {
+        "peak_rss_delta": rss1 - rss0,
+        "rss_before": rss0,
+        "saved": saved_bytes(run.forward_loss),
+        "params": sum(p.numel() for p in run.model.parameters()),
+    }
 
 
 def worker_profile(cfg):
     from torch.profiler import ProfilerActivity, profile
+
     run = Run(cfg["model"], cfg["lib"], cfg["bits"], cfg["stats_steps"])
     run.statistics_phase()
     number = calibrate(run.step, cfg["warmup"], cfg["min_rep_s"])
@@ -357,8 +389,11 @@ def worker_profile(cfg):
 
 def worker(cfg):
     import torch
+
     torch.set_num_threads(cfg["threads"])
-    return {"time": worker_time, "memory": worker_memory, "profile": worker_profile}[cfg["mode"]](cfg)
+    return {"time": worker_time, "memory": worker_memory, "profile": worker_profile}[cfg["mode"]](
+        cfg
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -370,8 +405,13 @@ def run_worker(python, cfg, jit, passthrough_stderr=False):
     """Run one worker subprocess with BREVITAS_JIT=jit; its last stdout line is its JSON result."""
     env = dict(os.environ, BREVITAS_JIT=str(jit))
     cmd = [python, os.path.abspath(__file__), "--worker", json.dumps(cfg)]
-    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
-                       stderr=None if passthrough_stderr else subprocess.PIPE, text=True)
+    r = subprocess.run(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=None if passthrough_stderr else subprocess.PIPE,
+        text=True,
+    )
     if r.returncode != 0:
         err = (r.stderr or "").strip().splitlines()
         return {"error": err[-1] if err else f"exit {r.returncode}"}
@@ -402,33 +442,65 @@ def pick_brevitas_python(requested):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="demo CNN, W8A8, fewer reps, no memory runs (< 30 s on an idle machine)")
-    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every run (default 2)")
-    ap.add_argument("--reps", type=int, default=None, help="timed reps per configuration (default 7; quick 3)")
-    ap.add_argument("--stat", choices=("median", "min"), default="median",
-                    help="statistic over reps (min is steadier on a busy machine; default median)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="demo CNN, W8A8, fewer reps, no memory runs (< 30 s on an idle machine)",
+    )
+    ap.add_argument(
+        "--threads", type=int, default=2, help="torch.set_num_threads in every run (default 2)"
+    )
+    ap.add_argument(
+        "--reps", type=int, default=None, help="timed reps per configuration (default 7; quick 3)"
+    )
+    ap.add_argument(
+        "--stat",
+        choices=("median", "min"),
+        default="median",
+        help="statistic over reps (min is steadier on a busy machine; default median)",
+    )
     ap.add_argument("--models", default=None, help=f"comma-separated subset of {','.join(MODELS)}")
-    ap.add_argument("--bits", default=None, help="comma-separated weight/activation bit widths (default 8,4)")
+    ap.add_argument(
+        "--bits", default=None, help="comma-separated weight/activation bit widths (default 8,4)"
+    )
     ap.add_argument("--jit", default="0,1", help="BREVITAS_JIT settings to run (default 0,1)")
-    ap.add_argument("--stats-steps", type=int, default=None,
-                    help="collect_stats_steps of the activation quantizers (default 12; quick 5)")
-    ap.add_argument("--memory", choices=("on", "off"), default=None,
-                    help="fresh-process memory runs per configuration (default on; quick off)")
-    ap.add_argument("--brevitas-python", default=None,
-                    help=f"interpreter for the runs that include Brevitas (default: this one if it imports "
-                         f"brevitas, else {DEFAULT_BREVITAS_PYTHON}); 'none' skips Brevitas")
-    ap.add_argument("--profile", default=None, metavar="MODEL:LIB:BITS",
-                    help="instead of the tables, print torch.profiler tables of steps of one "
-                         "configuration (e.g. resnet:ours:8, cnn:float:32), with each --jit setting")
+    ap.add_argument(
+        "--stats-steps",
+        type=int,
+        default=None,
+        help="collect_stats_steps of the activation quantizers (default 12; quick 5)",
+    )
+    ap.add_argument(
+        "--memory",
+        choices=("on", "off"),
+        default=None,
+        help="fresh-process memory runs per configuration (default on; quick off)",
+    )
+    ap.add_argument(
+        "--brevitas-python",
+        default=None,
+        help=f"interpreter for the runs that include Brevitas (default: this one if it imports "
+        f"brevitas, else {DEFAULT_BREVITAS_PYTHON}); 'none' skips Brevitas",
+    )
+    ap.add_argument(
+        "--profile",
+        default=None,
+        metavar="MODEL:LIB:BITS",
+        help="instead of the tables, print torch.profiler tables of steps of one "
+        "configuration (e.g. resnet:ours:8, cnn:float:32), with each --jit setting",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--device", default="cpu",
-                    help="cpu (default), or cuda: the GPU benchmark of bench_qat_step_cuda.py (ResNet-18)")
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default), or cuda: the GPU benchmark of bench_qat_step_cuda.py (ResNet-18)",
+    )
     args = ap.parse_args(argv)
 
     if args.device != "cpu":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import bench_qat_step_cuda
+
         bench_qat_step_cuda.main(["--device", args.device] + (["--quick"] if args.quick else []))
         return
 
@@ -440,9 +512,14 @@ def main(argv=None):
     bits = [int(b) for b in args.bits.split(",")] if args.bits else ([8] if args.quick else [8, 4])
     jits = [int(j) for j in args.jit.split(",")]
     memory = (args.memory or ("off" if args.quick else "on")) == "on"
-    base = {"threads": args.threads, "reps": args.reps or (3 if args.quick else 7), "stat": args.stat,
-            "stats_steps": args.stats_steps or (5 if args.quick else 12),
-            "warmup": 2 if args.quick else 5, "min_rep_s": 0.05 if args.quick else 0.2}
+    base = {
+        "threads": args.threads,
+        "reps": args.reps or (3 if args.quick else 7),
+        "stat": args.stat,
+        "stats_steps": args.stats_steps or (5 if args.quick else 12),
+        "warmup": 2 if args.quick else 5,
+        "min_rep_s": 0.05 if args.quick else 0.2,
+    }
 
     brev_python, brev_note = pick_brevitas_python(args.brevitas_python)
 
@@ -451,9 +528,14 @@ def main(argv=None):
         python = brev_python if lib == "brevitas" else sys.executable
         for jit in jits:
             print(f"== torch.profiler, {model} {lib} {b} bit, BREVITAS_JIT={jit}", flush=True)
-            cfg = dict(base, mode="profile", model=model, lib=lib, bits=int(b), profile_steps=5, rows=35)
+            cfg = dict(
+                base, mode="profile", model=model, lib=lib, bits=int(b), profile_steps=5, rows=35
+            )
             res = run_worker(python, cfg, jit, passthrough_stderr=True)
-            print(f"   step {fmt_ms(res.get('step_s'))} ms (without the profiler)", res.get("error", ""))
+            print(
+                f"   step {fmt_ms(res.get('step_s'))} ms (without the profiler)",
+                res.get("error", ""),
+            )
         return
 
     libs = ["float", "ours"] + (["brevitas"] if brev_python else [])
@@ -462,48 +544,71 @@ def main(argv=None):
     # and brevitas_cpp (the reference venv is made with --system-site-packages).
     time_python = brev_python or sys.executable
 
-    print(f"python {sys.version.split()[0]}; Brevitas: "
-          f"{brev_python if brev_python else 'skipped, ' + brev_note}")
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (a busy shared machine makes "
-          f"runs noisy); threads={args.threads}, reps={base['reps']} ({args.stat}), "
-          f"collect_stats_steps={base['stats_steps']}")
-    print("times: ms per training step (zero_grad, forward, cross-entropy, backward, SGD step), the "
-          "configurations of one model timed in one process with reps interleaved;\nmemory: MiB, "
-          "one fresh process per configuration (peak RSS growth over the steps; saved for backward "
-          "in one step)\n", flush=True)
+    print(
+        f"python {sys.version.split()[0]}; Brevitas: "
+        f"{brev_python if brev_python else 'skipped, ' + brev_note}"
+    )
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (a busy shared machine makes "
+        f"runs noisy); threads={args.threads}, reps={base['reps']} ({args.stat}), "
+        f"collect_stats_steps={base['stats_steps']}"
+    )
+    print(
+        "times: ms per training step (zero_grad, forward, cross-entropy, backward, SGD step), the "
+        "configurations of one model timed in one process with reps interleaved;\nmemory: MiB, "
+        "one fresh process per configuration (peak RSS growth over the steps; saved for backward "
+        "in one step)\n",
+        flush=True,
+    )
 
     start = time.perf_counter()
     results = {}  # (model, jit, lib, bits) -> dict
     for jit in jits:
         for model in models:
-            res = run_worker(time_python, dict(base, mode="time", model=model, configs=configs), jit)
+            res = run_worker(
+                time_python, dict(base, mode="time", model=model, configs=configs), jit
+            )
             if "error" in res and brev_python:
-                print(f"  [{model} JIT={jit}] run with Brevitas failed ({res['error']}); "
-                      "Brevitas skipped from here on", flush=True)
+                print(
+                    f"  [{model} JIT={jit}] run with Brevitas failed ({res['error']}); "
+                    "Brevitas skipped from here on",
+                    flush=True,
+                )
                 brev_python, brev_note = None, res["error"]
                 configs = [(lib, b) for lib, b in configs if lib != "brevitas"]
                 time_python = sys.executable
-                res = run_worker(time_python, dict(base, mode="time", model=model, configs=configs), jit)
+                res = run_worker(
+                    time_python, dict(base, mode="time", model=model, configs=configs), jit
+                )
             if "error" in res:
                 print(f"  [{model} JIT={jit}] timing FAILED: {res['error']}", flush=True)
                 res = [{"lib": lib, "bits": b, "error": res["error"]} for lib, b in configs]
             for r in res:
                 results[(model, jit, r["lib"], r["bits"])] = r
-            print(f"  [{model} JIT={jit}] " + ", ".join(
-                f"{r['lib']}{'' if r['lib'] == 'float' else ' W%dA%d' % (r['bits'], r['bits'])} "
-                f"{fmt_ms(r.get('step_s'))} ms" for r in res), flush=True)
+            print(
+                f"  [{model} JIT={jit}] "
+                + ", ".join(
+                    f"{r['lib']}{'' if r['lib'] == 'float' else ' W%dA%d' % (r['bits'], r['bits'])} "
+                    f"{fmt_ms(r.get('step_s'))} ms"
+                    for r in res
+                ),
+                flush=True,
+            )
             if not memory:
                 continue
             for lib, b in configs:
                 python = brev_python if lib == "brevitas" else sys.executable
-                mem = run_worker(python, dict(base, mode="memory", model=model, lib=lib, bits=b), jit)
-                results[(model, jit, lib, b)].update(
-                    {"mem_" + k: v for k, v in mem.items()})
+                mem = run_worker(
+                    python, dict(base, mode="memory", model=model, lib=lib, bits=b), jit
+                )
+                results[(model, jit, lib, b)].update({"mem_" + k: v for k, v in mem.items()})
 
     print()
-    head = (f"{'model':<7} {'JIT':>3} {'config':<16} {'step ms':>8} {'cpu ms':>7} {'stats ms':>8} "
-            f"{'xfloat':>6} {'(cpu)':>5} {'brev/ours':>9} {'(cpu)':>5} {'ops/step':>8} {'peakRSS+':>8} "
-            f"{'saved':>6} {'loss0':>8}")
+    head = (
+        f"{'model':<7} {'JIT':>3} {'config':<16} {'step ms':>8} {'cpu ms':>7} {'stats ms':>8} "
+        f"{'xfloat':>6} {'(cpu)':>5} {'brev/ours':>9} {'(cpu)':>5} {'ops/step':>8} {'peakRSS+':>8} "
+        f"{'saved':>6} {'loss0':>8}"
+    )
     print(head)
     print("-" * len(head))
     verdicts = []
@@ -516,36 +621,50 @@ def main(argv=None):
                 if "error" in r:
                     print(f"{model:<7} {jit:>3} {name:<16} FAILED: {r['error']}")
                     continue
-                xf = (r["step_s"] / fl["step_s"], r["cpu_s"] / fl["cpu_s"]) if "step_s" in fl else None
+                xf = (
+                    (r["step_s"] / fl["step_s"], r["cpu_s"] / fl["cpu_s"])
+                    if "step_s" in fl
+                    else None
+                )
                 ratio = None
                 ours = results.get((model, jit, "ours", b), {})
                 if lib == "brevitas" and "step_s" in ours:
                     ratio = (r["step_s"] / ours["step_s"], r["cpu_s"] / ours["cpu_s"])
                 if r["jit_enabled"] is not None and r["jit_enabled"] != bool(jit):
                     name += " (!)"  # the library did not take BREVITAS_JIT as asked
-                print(f"{model:<7} {jit:>3} {name:<16} {fmt_ms(r['step_s']):>8} {fmt_ms(r['cpu_s']):>7} "
-                      f"{fmt_ms(r['stats_s']):>8} "
-                      f"{'-' if xf is None else f'{xf[0]:.2f}':>6} {'-' if xf is None else f'{xf[1]:.2f}':>5} "
-                      f"{'-' if ratio is None else f'{ratio[0]:.2f}':>9} "
-                      f"{'-' if ratio is None else f'{ratio[1]:.2f}':>5} {r['ops']:>8} "
-                      f"{fmt_mb(r.get('mem_peak_rss_delta')):>8} {fmt_mb(r.get('mem_saved')):>6} "
-                      f"{r['loss0']:8.5f}")
+                print(
+                    f"{model:<7} {jit:>3} {name:<16} {fmt_ms(r['step_s']):>8} {fmt_ms(r['cpu_s']):>7} "
+                    f"{fmt_ms(r['stats_s']):>8} "
+                    f"{'-' if xf is None else f'{xf[0]:.2f}':>6} {'-' if xf is None else f'{xf[1]:.2f}':>5} "
+                    f"{'-' if ratio is None else f'{ratio[0]:.2f}':>9} "
+                    f"{'-' if ratio is None else f'{ratio[1]:.2f}':>5} {r['ops']:>8} "
+                    f"{fmt_mb(r.get('mem_peak_rss_delta')):>8} {fmt_mb(r.get('mem_saved')):>6} "
+                    f"{r['loss0']:8.5f}"
+                )
                 if lib == "ours" and xf is not None:
-                    verdicts.append((f"{model} JIT={jit} W{b}A{b}", "QAT/float <= 1.5", xf, xf[0] <= 1.5))
+                    verdicts.append(
+                        (f"{model} JIT={jit} W{b}A{b}", "QAT/float <= 1.5", xf, xf[0] <= 1.5)
+                    )
                 if lib == "brevitas" and ratio is not None:
-                    verdicts.append((f"{model} JIT={jit} W{b}A{b}", "Brevitas/ours >= 2", ratio, ratio[0] >= 2))
+                    verdicts.append(
+                        (f"{model} JIT={jit} W{b}A{b}", "Brevitas/ours >= 2", ratio, ratio[0] >= 2)
+                    )
         print()
     print("targets (judged on wall time; CPU-time ratio in brackets):")
     for what, target, (wall, cpu), met in verdicts:
         print(f"  {what:<24} {target:<20} {wall:6.2f} ({cpu:.2f})  {'met' if met else 'NOT met'}")
-    print("\n(step = wall time, cpu = process CPU time per step (time.process_time: steadier than wall "
-          "time on a loaded machine\n with 1 thread; with more threads it adds the threads' CPU time); "
-          "xfloat = step / float step, same model and JIT\n setting; brev/ours = Brevitas step / ours at "
-          "the same bits; stats = median single step (wall) while the activation\n quantizers collect "
-          "statistics; ops/step = dispatcher calls in one step (torch.profiler, nested included);\n "
-          "loss0 = first-step loss, equal for ours and Brevitas when the models match; (!) = the library "
-          "did not run\n with the BREVITAS_JIT asked for)")
-    print(f"total time {time.perf_counter() - start:.1f} s, load average now {os.getloadavg()[0]:.2f}")
+    print(
+        "\n(step = wall time, cpu = process CPU time per step (time.process_time: steadier than wall "
+        "time on a loaded machine\n with 1 thread; with more threads it adds the threads' CPU time); "
+        "xfloat = step / float step, same model and JIT\n setting; brev/ours = Brevitas step / ours at "
+        "the same bits; stats = median single step (wall) while the activation\n quantizers collect "
+        "statistics; ops/step = dispatcher calls in one step (torch.profiler, nested included);\n "
+        "loss0 = first-step loss, equal for ours and Brevitas when the models match; (!) = the library "
+        "did not run\n with the BREVITAS_JIT asked for)"
+    )
+    print(
+        f"total time {time.perf_counter() - start:.1f} s, load average now {os.getloadavg()[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

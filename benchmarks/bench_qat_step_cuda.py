@@ -28,7 +28,6 @@ ratio to the float step. This is a script, not a test: nothing is asserted.
 
 import argparse
 import statistics
-import sys
 import time
 
 import torch
@@ -49,8 +48,9 @@ class NativeFakeQuant(nn.Module):
         self.register_buffer("zero_point", torch.tensor([0.0]))
 
     def forward(self, x):
-        return torch._fake_quantize_learnable_per_tensor_affine(x, self.scale, self.zero_point, self.qmin,
-                                                                self.qmax, 1.0)
+        return torch._fake_quantize_learnable_per_tensor_affine(
+            x, self.scale, self.zero_point, self.qmin, self.qmax, 1.0
+        )
 
 
 class NativeConv(nn.Conv2d):
@@ -86,11 +86,13 @@ class Layers:
         self.qnn = None
         if lib == "ours":
             import brevitas_cpp.nn as qnn
+
             self.qnn = qnn
         elif lib == "brevitas":
             if not hasattr(torch.Tensor, "rename"):
                 torch.Tensor.rename = lambda self, *names, **kw: self
             import brevitas.nn as qnn
+
             self.qnn = qnn
 
     def conv(self, cin, cout, k, stride=1, padding=0):
@@ -98,7 +100,9 @@ class Layers:
             return NativeConv(cin, cout, k, stride=stride, padding=padding, bias=False)
         if self.qnn is None:
             return nn.Conv2d(cin, cout, k, stride=stride, padding=padding, bias=False)
-        return self.qnn.QuantConv2d(cin, cout, k, stride=stride, padding=padding, bias=False, weight_bit_width=8)
+        return self.qnn.QuantConv2d(
+            cin, cout, k, stride=stride, padding=padding, bias=False, weight_bit_width=8
+        )
 
     def linear(self, cin, cout):
         if self.lib == "native":
@@ -118,7 +122,11 @@ class Layers:
 class Block(nn.Module):
     def __init__(self, L, cin, cout, stride):
         super().__init__()
-        self.conv1, self.bn1, self.relu1 = L.conv(cin, cout, 3, stride, 1), nn.BatchNorm2d(cout), L.relu()
+        self.conv1, self.bn1, self.relu1 = (
+            L.conv(cin, cout, 3, stride, 1),
+            nn.BatchNorm2d(cout),
+            L.relu(),
+        )
         self.conv2, self.bn2 = L.conv(cout, cout, 3, 1, 1), nn.BatchNorm2d(cout)
         self.shortcut = nn.Sequential()
         if stride != 1 or cin != cout:
@@ -206,8 +214,12 @@ def measure(lib: str, phase: str, reps: int, device):
     for _ in range(8):  # warm-up, and past the statistics steps of the learned phase
         step()
     t = time_steps(step, reps, 10)
-    return {"step_ms": 1e3 * t, "kernels": kernels_per_step(step), "peak_mb": peak_mb(step),
-            "loss": float(step().detach())}
+    return {
+        "step_ms": 1e3 * t,
+        "kernels": kernels_per_step(step),
+        "peak_mb": peak_mb(step),
+        "loss": float(step().detach()),
+    }
 
 
 def main(argv=None):
@@ -220,8 +232,10 @@ def main(argv=None):
     reps = 3 if args.quick else 7
     import brevitas_cpp  # the installed package (run with python -P from the checkout)
 
-    print(f"device {torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
-          f"brevitas_cpp build {brevitas_cpp.build_info()}")
+    print(
+        f"device {torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
+        f"brevitas_cpp build {brevitas_cpp.build_info()}"
+    )
     libs = ["float", "ours", "native"]
     try:
         Layers("brevitas", 1)
@@ -230,18 +244,27 @@ def main(argv=None):
         print(f"brevitas not run: {type(exc).__name__}: {exc}")
     rows = []
     for lib in libs:
-        phases = {"float": ["learned", "graphed"], "ours": ["learned", "stats", "graphed"]}.get(lib, ["learned"])
+        phases = {"float": ["learned", "graphed"], "ours": ["learned", "stats", "graphed"]}.get(
+            lib, ["learned"]
+        )
         for phase in phases:
             r = measure(lib, phase, reps, device)
             rows.append((lib, phase, r))
-            print(f"{lib:<9} {phase:<8} step {r['step_ms']:7.2f} ms  kernels/step {r['kernels']:5d}  "
-                  f"peak {r['peak_mb']:7.0f} MB  loss {r['loss']:.4f}", flush=True)
+            print(
+                f"{lib:<9} {phase:<8} step {r['step_ms']:7.2f} ms  kernels/step {r['kernels']:5d}  "
+                f"peak {r['peak_mb']:7.0f} MB  loss {r['loss']:.4f}",
+                flush=True,
+            )
     base = rows[0][2]
-    print("\n| model | phase | step (ms) | x float | CUDA kernels per step | peak memory (MB) | x float |")
+    print(
+        "\n| model | phase | step (ms) | x float | CUDA kernels per step | peak memory (MB) | x float |"
+    )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for lib, phase, r in rows:
-        print(f"| {lib} | {phase} | {r['step_ms']:.2f} | {r['step_ms'] / base['step_ms']:.2f} | {r['kernels']} | "
-              f"{r['peak_mb']:.0f} | {r['peak_mb'] / base['peak_mb']:.2f} |")
+        print(
+            f"| {lib} | {phase} | {r['step_ms']:.2f} | {r['step_ms'] / base['step_ms']:.2f} | {r['kernels']} | "
+            f"{r['peak_mb']:.0f} | {r['peak_mb'] / base['peak_mb']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ def main() -> None:
     for i in range(4):  # the first two are warm-up
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        y = torch.ops.brevitas_cpp.int_quant(x, scale, zero_point, bit_width, True, False, "round", False)
+        y = torch.ops.brevitas_cpp.int_quant(
+            x, scale, zero_point, bit_width, True, False, "round", False
+        )
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         torch.autograd.grad(y, (x, scale), g)

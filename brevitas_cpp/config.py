@@ -20,7 +20,8 @@ def env_to_bool(name: str, default: bool) -> bool:
         return False
     raise ValueError(
         f"environment variable {name}={raw!r} is not a boolean; accepted: "
-        f"{sorted(_TRUE)} or {sorted(_FALSE - {''})}")
+        f"{sorted(_TRUE)} or {sorted(_FALSE - {''})}"
+    )
 
 
 # Core blocks become TorchScript modules only when asked and when PYTORCH_JIT is not 0.

@@ -52,7 +52,8 @@ def set_stats_process_group(group: Optional["dist.ProcessGroup"]) -> None:
     else:
         raise TypeError(
             f"set_stats_process_group: group must be a torch.distributed.ProcessGroup or None, "
-            f"got {group!r}")
+            f"got {group!r}"
+        )
     enabled, _ = torch.ops.brevitas_cpp._get_stats_sync()
     torch.ops.brevitas_cpp._set_stats_sync(enabled, name)
 

@@ -31,7 +31,8 @@ if JIT_ENABLED:
                 f"copy.deepcopy of {type(self).__name__} is not supported with BREVITAS_JIT=1: "
                 "torch would return a TorchScript copy whose learned parameters no longer "
                 "receive gradients. Build a new model and load_state_dict() into it, or run "
-                "with BREVITAS_JIT=0.")
+                "with BREVITAS_JIT=0."
+            )
 
     script_method = torch.jit.script_method
     script = torch.jit.script

@@ -33,9 +33,13 @@ COLLECT_STATS_STEPS = 10  # Brevitas's default is 300: shortened for a short dem
 def build_model() -> nn.Module:
     return nn.Sequential(
         QuantIdentity(collect_stats_steps=COLLECT_STATS_STEPS),
-        QuantConv2d(1, 8, 3), QuantReLU(collect_stats_steps=COLLECT_STATS_STEPS),
-        QuantConv2d(8, 8, 3), QuantReLU(collect_stats_steps=COLLECT_STATS_STEPS),
-        nn.Flatten(), QuantLinear(8 * 8 * 8, 4, bias=True))
+        QuantConv2d(1, 8, 3),
+        QuantReLU(collect_stats_steps=COLLECT_STATS_STEPS),
+        QuantConv2d(8, 8, 3),
+        QuantReLU(collect_stats_steps=COLLECT_STATS_STEPS),
+        nn.Flatten(),
+        QuantLinear(8 * 8 * 8, 4, bias=True),
+    )
 
 
 def synthetic_dataset() -> TensorDataset:
@@ -47,8 +51,11 @@ def synthetic_dataset() -> TensorDataset:
 
 
 def learned_scales(model: nn.Module) -> dict:
-    return {name: module.act_quant.scale().item() for name, module in model.named_modules()
-            if isinstance(module, (QuantIdentity, QuantReLU))}
+    return {
+        name: module.act_quant.scale().item()
+        for name, module in model.named_modules()
+        if isinstance(module, (QuantIdentity, QuantReLU))
+    }
 
 
 def main() -> None:
@@ -94,8 +101,10 @@ def main() -> None:
             optimizer.step()
         if rank == 0:
             print(f"epoch {epoch}: last batch loss {loss.item():.4f}")
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "epoch": epoch}, args.checkpoint)
+            torch.save(
+                {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                args.checkpoint,
+            )
         dist.barrier()  # the checkpoint is complete before anyone may read it
 
     ddp.eval()

@@ -27,8 +27,16 @@ def main() -> None:
     print("\nx =", x.tolist())
 
     print("\nStraight-through estimators (forward values; gradients pass through):")
-    for name in ("round_ste", "ceil_ste", "floor_ste", "round_to_zero_ste", "dpu_round_ste",
-                 "binary_sign_ste", "ternary_sign_ste", "abs_binary_sign_grad"):
+    for name in (
+        "round_ste",
+        "ceil_ste",
+        "floor_ste",
+        "round_to_zero_ste",
+        "dpu_round_ste",
+        "binary_sign_ste",
+        "ternary_sign_ste",
+        "abs_binary_sign_grad",
+    ):
         show(name, getattr(F, name)(x))
     show("scalar_clamp_ste(-1, 1)", F.scalar_clamp_ste(x, -1.0, 1.0))
     show("scalar_clamp_min_ste(0)", F.scalar_clamp_min_ste(x, 0.0))
@@ -37,7 +45,10 @@ def main() -> None:
     print("\nFused quantizers (scale 0.5):")
     scale, zero = torch.tensor(0.5), torch.tensor(0.0)
     for bits in (2, 4, 8):
-        show(f"int_quant signed {bits}-bit", F.int_quant(x, scale, zero, torch.tensor(float(bits)), True, False))
+        show(
+            f"int_quant signed {bits}-bit",
+            F.int_quant(x, scale, zero, torch.tensor(float(bits)), True, False),
+        )
     show("int_quant unsigned 4-bit", F.int_quant(x, scale, zero, torch.tensor(4.0), False, False))
     show("int_quant 4-bit, dpu", F.int_quant(x, scale, zero, torch.tensor(4.0), True, False, "dpu"))
     show("binary_quant", F.binary_quant(x, scale))

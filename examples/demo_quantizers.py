@@ -19,17 +19,18 @@ from brevitas_cpp.quant import Int8WeightPerChannelFloat, Uint8ActPerTensorFloat
 
 class Int4WeightPerChannelFloat(Int8WeightPerChannelFloat):
     """Users compose quantizers by inheritance, as in Brevitas."""
+
     bit_width = 4
 
 
 def weight_quantizer(layer: nn.Module) -> nn.Module:
     # What a quant layer's weight proxy does: inject the layer and its tracked weight.
     return Int4WeightPerChannelFloat.let(
-        module=layer, tracked_parameter_list=[layer.weight]).tensor_quant
+        module=layer, tracked_parameter_list=[layer.weight]
+    ).tensor_quant
 
 
 class QuantMLP(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(8, 32), nn.Linear(32, 1)
@@ -46,8 +47,10 @@ class QuantMLP(nn.Module):
 
 def main() -> None:
     torch.manual_seed(0)
-    print(f"BREVITAS_JIT={int(config.JIT_ENABLED)}: quantizer blocks are "
-          f"{'TorchScript modules' if config.JIT_ENABLED else 'plain nn.Modules'}")
+    print(
+        f"BREVITAS_JIT={int(config.JIT_ENABLED)}: quantizer blocks are "
+        f"{'TorchScript modules' if config.JIT_ENABLED else 'plain nn.Modules'}"
+    )
     x = torch.randn(512, 8)
     target = torch.sin(x @ torch.randn(8, 1))
     model = QuantMLP()
@@ -66,13 +69,17 @@ def main() -> None:
     with torch.no_grad():
         w1, scale1, zero_point1, bit_width1 = model.w1_quant(model.fc1.weight)
         integers = torch.round(w1 / scale1)
-        print(f"\nfc1 weight: bit width {int(bit_width1)}, per-channel scales {tuple(scale1.shape)}, "
-              f"integers in [{int(integers.min())}, {int(integers.max())}]")
+        print(
+            f"\nfc1 weight: bit width {int(bit_width1)}, per-channel scales {tuple(scale1.shape)}, "
+            f"integers in [{int(integers.min())}, {int(integers.max())}]"
+        )
         print("eval loss:", round(nn.functional.mse_loss(model(x), target).item(), 5))
     learned = [n for n, p in model.named_parameters() if "quant" in n]
     print("learned quantizer parameters:", learned)
-    print("state_dict keys of the activation quantizer:",
-          [k for k in model.state_dict() if k.startswith("act_quant")])
+    print(
+        "state_dict keys of the activation quantizer:",
+        [k for k in model.state_dict() if k.startswith("act_quant")],
+    )
 
 
 if __name__ == "__main__":

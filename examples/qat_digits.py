@@ -56,6 +56,7 @@ class BitConfig:
 @dataclass
 class RunResult:
     """What one model's training produced: accuracy per epoch and per-step timings."""
+
     name: str
     accuracy_per_epoch: List[float]
     step_times_s: List[float]
@@ -83,13 +84,14 @@ def parse_bits(text: str) -> List[BitConfig]:
             act_bits = weight_bits if weight_bits >= MIN_DEFAULT_ACT_BITS else 8
         else:
             raise argparse.ArgumentTypeError(
-                f"{token!r} is neither a bit width (e.g. 4) nor 'wXaY' (e.g. w2a8)")
+                f"{token!r} is neither a bit width (e.g. 4) nor 'wXaY' (e.g. w2a8)"
+            )
         for what, bits in (("weight", weight_bits), ("activation", act_bits)):
             # Signed narrow-range weights need 2 bits to hold anything but zero.
             if not 2 <= bits <= 16:
                 raise argparse.ArgumentTypeError(
-                    f"{what} bit width {bits} in {token!r} is outside the accepted "
-                    f"range [2, 16]")
+                    f"{what} bit width {bits} in {token!r} is outside the accepted range [2, 16]"
+                )
         configs.append(BitConfig(weight_bits, act_bits))
     if not configs:
         raise argparse.ArgumentTypeError(f"{text!r} names no bit width")
@@ -105,30 +107,62 @@ def positive_int(text: str) -> int:
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="QAT of a small CNN on the 8x8 digits with brevitas_cpp quant layers.")
-    parser.add_argument("--epochs", type=positive_int, default=8,
-                        help="QAT fine-tuning epochs per bit width (default 8)")
-    parser.add_argument("--float-epochs", type=positive_int, default=40,
-                        help="training epochs of the float model (default 40)")
-    parser.add_argument("--bits", type=parse_bits, default=parse_bits("8,4,2"),
-                        help="bit widths: '8,4,2' means W8A8, W4A4, W2A8 (activations below "
-                        "4 bits stay at 8); 'w4a8' tokens set both (default 8,4,2)")
-    parser.add_argument("--out", type=Path, default=Path("out"),
-                        help="output folder for the table, plot and scripted models "
-                        "(default ./out)")
-    parser.add_argument("--jit", action="store_true",
-                        help="BREVITAS_JIT=1: quantizer blocks as TorchScript modules")
-    parser.add_argument("--subset", type=positive_int, default=None,
-                        help="use only the first N images (quick smoke runs)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of initialisation and batch order (the split is fixed)")
-    parser.add_argument("--threads", type=positive_int, default=1,
-                        help="torch intra-op threads (default 1: the tensors are tiny, and on "
-                        "a busy 2-core machine 2 threads made a QAT epoch 9x slower)")
+        description="QAT of a small CNN on the 8x8 digits with brevitas_cpp quant layers."
+    )
+    parser.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=8,
+        help="QAT fine-tuning epochs per bit width (default 8)",
+    )
+    parser.add_argument(
+        "--float-epochs",
+        type=positive_int,
+        default=40,
+        help="training epochs of the float model (default 40)",
+    )
+    parser.add_argument(
+        "--bits",
+        type=parse_bits,
+        default=parse_bits("8,4,2"),
+        help="bit widths: '8,4,2' means W8A8, W4A4, W2A8 (activations below "
+        "4 bits stay at 8); 'w4a8' tokens set both (default 8,4,2)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out"),
+        help="output folder for the table, plot and scripted models (default ./out)",
+    )
+    parser.add_argument(
+        "--jit", action="store_true", help="BREVITAS_JIT=1: quantizer blocks as TorchScript modules"
+    )
+    parser.add_argument(
+        "--subset",
+        type=positive_int,
+        default=None,
+        help="use only the first N images (quick smoke runs)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of initialisation and batch order (the split is fixed)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        help="torch intra-op threads (default 1: the tensors are tiny, and on "
+        "a busy 2-core machine 2 threads made a QAT epoch 9x slower)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    parser.add_argument("--device", default="cpu",
-                        help="where to train: cpu (default) or cuda (needs a GPU and brevitas_cpp built "
-                        "with its CUDA kernels)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where to train: cpu (default) or cuda (needs a GPU and brevitas_cpp built "
+        "with its CUDA kernels)",
+    )
     return parser.parse_args(argv)
 
 
@@ -142,10 +176,14 @@ def checked_device(name: str) -> torch.device:
         raise SystemExit(f"--device {name!r}: {exc}") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise SystemExit("--device cuda: torch sees no GPU here (torch.cuda.is_available() is False)")
+            raise SystemExit(
+                "--device cuda: torch sees no GPU here (torch.cuda.is_available() is False)"
+            )
         if not brevitas_cpp.build_info()["cuda"]:
-            raise SystemExit("--device cuda: this brevitas_cpp was built without its CUDA kernels "
-                             "(build with a CUDA torch and nvcc; see README, 'GPU')")
+            raise SystemExit(
+                "--device cuda: this brevitas_cpp was built without its CUDA kernels "
+                "(build with a CUDA torch and nvcc; see README, 'GPU')"
+            )
     elif device.type != "cpu":
         raise SystemExit(f"--device {name!r}: accepted: cpu, cuda, cuda:N")
     return device
@@ -157,12 +195,14 @@ def import_brevitas_cpp(jit: bool):
     after an import without it is an error rather than a silent fallback."""
     if jit and "brevitas_cpp" not in sys.modules:
         os.environ["BREVITAS_JIT"] = "1"
-    from brevitas_cpp import config
     import brevitas_cpp.nn as qnn
+    from brevitas_cpp import config
+
     if jit and not config.JIT_ENABLED:
         raise RuntimeError(
             "--jit: brevitas_cpp was already imported without BREVITAS_JIT (or PYTORCH_JIT=0 "
-            "disables TorchScript); run in a fresh process")
+            "disables TorchScript); run in a fresh process"
+        )
     return qnn, config.JIT_ENABLED
 
 
@@ -188,10 +228,18 @@ def load_data(subset: Optional[int]) -> Digits:
     # Pixels are 0..16: scale to [0, 1], which the unsigned input quantizer covers exactly.
     images = (images / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     x_train, x_test, y_train, y_test = train_test_split(
-        images, labels, test_size=0.3, random_state=SPLIT_SEED,
-        stratify=labels if subset is None else None)
-    return Digits(torch.from_numpy(x_train), torch.from_numpy(y_train).long(),
-                  torch.from_numpy(x_test), torch.from_numpy(y_test).long())
+        images,
+        labels,
+        test_size=0.3,
+        random_state=SPLIT_SEED,
+        stratify=labels if subset is None else None,
+    )
+    return Digits(
+        torch.from_numpy(x_train),
+        torch.from_numpy(y_train).long(),
+        torch.from_numpy(x_test),
+        torch.from_numpy(y_test).long(),
+    )
 
 
 def batches(n: int, generator: torch.Generator) -> List[Tensor]:
@@ -204,7 +252,6 @@ def batches(n: int, generator: torch.Generator) -> List[Tensor]:
 
 
 class FloatNet(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
@@ -234,7 +281,6 @@ def quant_net(qnn, bits: BitConfig, collect_stats_steps: int) -> nn.Module:
 
     # Defined here because brevitas_cpp is only imported once main() has read --jit.
     class QuantNet(FloatNet):
-
         def __init__(self) -> None:
             nn.Module.__init__(self)
             # The input is in [0, 1]: unsigned, so no level is spent on negative values.
@@ -287,8 +333,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train(model: nn.Module, data: Digits, epochs: int, lr: float, desc: str,
-          progress: bool, seed: int) -> Tuple[List[float], List[float]]:
+def train(
+    model: nn.Module, data: Digits, epochs: int, lr: float, desc: str, progress: bool, seed: int
+) -> Tuple[List[float], List[float]]:
     """Adam with a cosine learning-rate decay; (test accuracy after each epoch, step times)."""
     generator = torch.Generator().manual_seed(seed)
     steps_per_epoch = math.ceil(len(data.y_train) / BATCH_SIZE)
@@ -298,8 +345,13 @@ def train(model: nn.Module, data: Digits, epochs: int, lr: float, desc: str,
     accuracies: List[float] = []
     step_times: List[float] = []
     model.train()
-    with tqdm(total=epochs * steps_per_epoch, desc=desc, disable=not progress,
-              leave=False, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=epochs * steps_per_epoch,
+        desc=desc,
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+    ) as bar:
         for _ in range(epochs):
             for index in batches(len(data.y_train), generator):
                 xb, yb = data.x_train[index], data.y_train[index]
@@ -343,8 +395,9 @@ def export_and_check(model: nn.Module, x_test: Tensor, path: Path) -> Dict[str, 
     with warnings.catch_warnings():
         # torch 2.13 marks TorchScript deprecated in favour of torch.export; this step is
         # about TorchScript on purpose (C++ deployment with torch::jit::load).
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated",
-                                category=DeprecationWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\.jit\.\w+` is deprecated", category=DeprecationWarning
+        )
         return _export_and_check(model, x_test, path)
 
 
@@ -358,7 +411,11 @@ def _export_and_check(model: nn.Module, x_test: Tensor, path: Path) -> Dict[str,
         equal = torch.equal(reloaded(x_test), model(x_test))
         # Another batch size too.
         equal_small = torch.equal(reloaded(x_test[:7]), model(x_test[:7]))
-    return {"method": "torch.jit.script", "path": str(path), "reloaded_equal": bool(equal and equal_small)}
+    return {
+        "method": "torch.jit.script",
+        "path": str(path),
+        "reloaded_equal": bool(equal and equal_small),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +432,8 @@ def table(results: List[RunResult], float_result: RunResult) -> str:
         lines.append(
             f"| {r.name} | {r.accuracy:.2f} | {r.accuracy - float_result.accuracy:+.2f} | "
             f"{r.step_time_s / float_result.step_time_s:.2f}x | {r.size_bits:,} | "
-            f"{r.size_bits / float_result.size_bits:.3f} |")
+            f"{r.size_bits / float_result.size_bits:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -383,6 +441,7 @@ def plot(results: List[RunResult], float_result: RunResult, path: Path) -> None:
     """Accuracy per QAT epoch: the whole range (left), and zoomed on the trained models (right),
     where the low-bit start would otherwise flatten the curves that matter into one line."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -391,10 +450,15 @@ def plot(results: List[RunResult], float_result: RunResult, path: Path) -> None:
     for ax in axes:
         for r in results:
             # Epoch 0: after loading the float weights and calibrating, before any QAT step.
-            ax.plot(range(len(r.accuracy_per_epoch)), r.accuracy_per_epoch, marker="o",
-                    label=r.name)
-        ax.axhline(float_result.accuracy, color="black", linestyle="--",
-                   label=f"float ({float_result.accuracy:.2f}%)")
+            ax.plot(
+                range(len(r.accuracy_per_epoch)), r.accuracy_per_epoch, marker="o", label=r.name
+            )
+        ax.axhline(
+            float_result.accuracy,
+            color="black",
+            linestyle="--",
+            label=f"float ({float_result.accuracy:.2f}%)",
+        )
         ax.set_xlabel("QAT epoch (0 = float weights, calibrated)")
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
@@ -422,13 +486,22 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
 
     data = load_data(args.subset)
     data = Digits(*(t.to(device) for t in (data.x_train, data.y_train, data.x_test, data.y_test)))
-    print(f"digits: {len(data.y_train)} train / {len(data.y_test)} test images; "
-          f"BREVITAS_JIT={int(jit)}; {torch.get_num_threads()} thread(s); device {device}")
+    print(
+        f"digits: {len(data.y_train)} train / {len(data.y_test)} test images; "
+        f"BREVITAS_JIT={int(jit)}; {torch.get_num_threads()} thread(s); device {device}"
+    )
 
     torch.manual_seed(args.seed)
     float_model = FloatNet().to(device)
-    float_acc, float_times = train(float_model, data, args.float_epochs, lr=3e-3,
-                                   desc="float", progress=progress, seed=args.seed)
+    float_acc, float_times = train(
+        float_model,
+        data,
+        args.float_epochs,
+        lr=3e-3,
+        desc="float",
+        progress=progress,
+        seed=args.seed,
+    )
     float_result = RunResult("float32", float_acc, float_times, size_bits(float_model, 32))
     print(f"float: test accuracy {float_result.accuracy:.2f}% after {args.float_epochs} epochs")
     float_state = float_model.state_dict()
@@ -443,32 +516,49 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         model.load_state_dict(float_state)
         calibrate(model, data, calibration_steps, seed=args.seed)
         ptq_acc = accuracy(model, data.x_test, data.y_test)
-        qat_acc, qat_times = train(model, data, args.epochs, lr=1e-3, desc=bits.name,
-                                   progress=progress, seed=args.seed + 1)
-        result = RunResult(bits.name, [ptq_acc, *qat_acc], qat_times,
-                           size_bits(model, bits.weight_bits))
+        qat_acc, qat_times = train(
+            model, data, args.epochs, lr=1e-3, desc=bits.name, progress=progress, seed=args.seed + 1
+        )
+        result = RunResult(
+            bits.name, [ptq_acc, *qat_acc], qat_times, size_bits(model, bits.weight_bits)
+        )
         results.append(result)
-        print(f"{bits.name}: test accuracy {ptq_acc:.2f}% after calibration, "
-              f"{result.accuracy:.2f}% after {args.epochs} QAT epochs")
+        print(
+            f"{bits.name}: test accuracy {ptq_acc:.2f}% after calibration, "
+            f"{result.accuracy:.2f}% after {args.epochs} QAT epochs"
+        )
         exports[bits.name] = export_and_check(
-            model, data.x_test, args.out / f"qat_digits_{bits.name.lower()}.pt")
+            model, data.x_test, args.out / f"qat_digits_{bits.name.lower()}.pt"
+        )
 
     report = table(results, float_result)
     print("\n" + report + "\n")
     for name, export in exports.items():
-        print(f"{name}: {export['method']} -> {export['path']}; reloaded outputs equal the "
-              f"original's (torch.equal): {export['reloaded_equal']}")
+        print(
+            f"{name}: {export['method']} -> {export['path']}; reloaded outputs equal the "
+            f"original's (torch.equal): {export['reloaded_equal']}"
+        )
     (args.out / "qat_digits_results.md").write_text(report + "\n")
     plot_path = args.out / "qat_digits_accuracy.png"
     plot(results, float_result, plot_path)
     print(f"plot: {plot_path}")
 
     summary = {
-        "float": {"accuracy": float_result.accuracy, "step_time_s": float_result.step_time_s,
-                  "size_bits": float_result.size_bits},
-        "quant": {r.name: {"accuracy": r.accuracy, "accuracy_per_epoch": r.accuracy_per_epoch,
-                           "step_time_s": r.step_time_s, "size_bits": r.size_bits,
-                           **exports[r.name]} for r in results},
+        "float": {
+            "accuracy": float_result.accuracy,
+            "step_time_s": float_result.step_time_s,
+            "size_bits": float_result.size_bits,
+        },
+        "quant": {
+            r.name: {
+                "accuracy": r.accuracy,
+                "accuracy_per_epoch": r.accuracy_per_epoch,
+                "step_time_s": r.step_time_s,
+                "size_bits": r.size_bits,
+                **exports[r.name],
+            }
+            for r in results
+        },
         "jit": jit,
         "device": str(device),
         "wall_s": time.perf_counter() - started,

@@ -2,6 +2,8 @@
 # Every test: pytest (Python) and the GoogleTest suite through ctest (C++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Style first (seconds): the tree as scripts/format.sh leaves it.
+scripts/format.sh --check
 # -P: do not put the source tree first on sys.path (it lacks the compiled modules).
 python3 -P -m pytest -q -p no:cacheprovider tests
 # The quantizer blocks again as TorchScript modules (BREVITAS_JIT is read once, at import).

@@ -35,22 +35,46 @@ def _t(v: float) -> torch.Tensor:
     return torch.tensor(v)
 
 
-UNARY = ["round_ste", "ceil_ste", "floor_ste", "round_to_zero_ste", "dpu_round_ste",
-         "binary_sign_ste", "ternary_sign_ste", "abs_binary_sign_grad"]
+UNARY = [
+    "round_ste",
+    "ceil_ste",
+    "floor_ste",
+    "round_to_zero_ste",
+    "dpu_round_ste",
+    "binary_sign_ste",
+    "ternary_sign_ste",
+    "abs_binary_sign_grad",
+]
 ROUNDING_MODES = ["round", "ceil", "floor", "round_to_zero", "dpu"]
 
 
 def _int_quant(x=None, scale=None, zp=None, bw=None, mode="round"):
-    return ops.int_quant(_x() if x is None else x, _t(0.1) if scale is None else scale,
-                         _t(0.0) if zp is None else zp, _t(8.0) if bw is None else bw,
-                         True, False, mode)
+    return ops.int_quant(
+        _x() if x is None else x,
+        _t(0.1) if scale is None else scale,
+        _t(0.0) if zp is None else zp,
+        _t(8.0) if bw is None else bw,
+        True,
+        False,
+        mode,
+    )
 
 
 def _int_quant_backward(grad=None, x=None, scale=None, mask=(True, True, True, True), mode="round"):
     x = _x() if x is None else x
-    return ops._int_quant_backward(_x() if grad is None else grad, x, None,
-                                   _t(0.1) if scale is None else scale, _t(0.0), _t(8.0),
-                                   True, False, mode, False, list(mask))
+    return ops._int_quant_backward(
+        _x() if grad is None else grad,
+        x,
+        None,
+        _t(0.1) if scale is None else scale,
+        _t(0.0),
+        _t(8.0),
+        True,
+        False,
+        mode,
+        False,
+        list(mask),
+    )
 
 
 def cases() -> List[BadInput]:
@@ -58,78 +82,212 @@ def cases() -> List[BadInput]:
     add = lambda name, call, *fragments: out.append(BadInput(name, call, fragments))  # noqa: E731
 
     for op in UNARY:
-        add(f"{op}-int-x", lambda op=op: getattr(ops, op)(_ints()),
-            f"brevitas_cpp::{op}", "x must be a floating-point tensor", "Int")
-    add("_abs_binary_sign_grad_backward-int-grad",
-        lambda: ops._abs_binary_sign_grad_backward(_ints(), _x()), "_abs_binary_sign_grad_backward")
+        add(
+            f"{op}-int-x",
+            lambda op=op: getattr(ops, op)(_ints()),
+            f"brevitas_cpp::{op}",
+            "x must be a floating-point tensor",
+            "Int",
+        )
+    add(
+        "_abs_binary_sign_grad_backward-int-grad",
+        lambda: ops._abs_binary_sign_grad_backward(_ints(), _x()),
+        "_abs_binary_sign_grad_backward",
+    )
 
     # Shapes in messages (SymInt sizes formatted into the error: the path that crashed).
-    add("tensor_clamp_ste-min-shape", lambda: ops.tensor_clamp_ste(_x(), torch.zeros(3), torch.ones(1)),
-        "tensor_clamp_ste", "min_val of shape [3] does not broadcast to x of shape [2, 5]")
-    add("tensor_clamp_ste-max-shape", lambda: ops.tensor_clamp_ste(_x(), torch.zeros(1), torch.ones(4, 2, 5)),
-        "tensor_clamp_ste", "max_val of shape [4, 2, 5] does not broadcast")
-    add("tensor_clamp_ste-int-x", lambda: ops.tensor_clamp_ste(_ints(), _t(0.0), _t(1.0)),
-        "tensor_clamp_ste", "x must be a floating-point tensor")
-    add("scalar_clamp_ste-min-above-max", lambda: ops.scalar_clamp_ste(_x(), 1.0, -1.0),
-        "scalar_clamp_ste", "min_val")
-    add("scalar_clamp_ste-nan", lambda: ops.scalar_clamp_ste(_x(), float("nan"), 1.0),
-        "scalar_clamp_ste", "min_val must not be NaN")
-    add("scalar_clamp_min_ste-nan", lambda: ops.scalar_clamp_min_ste(_x(), float("nan")),
-        "scalar_clamp_min_ste", "min_val")
-    add("scalar_clamp_min_ste-int-x", lambda: ops.scalar_clamp_min_ste(_ints(), 0.0),
-        "scalar_clamp_min_ste", "x must be a floating-point tensor")
-    add("scalar_signed_clamp_min_ste-nan", lambda: ops.scalar_signed_clamp_min_ste(_x(), float("nan")),
-        "scalar_signed_clamp_min_ste", "min_val")
-    add("scalar_signed_clamp_min_ste-int-x", lambda: ops.scalar_signed_clamp_min_ste(_ints(), 0.0),
-        "scalar_signed_clamp_min_ste", "x must be a floating-point tensor")
+    add(
+        "tensor_clamp_ste-min-shape",
+        lambda: ops.tensor_clamp_ste(_x(), torch.zeros(3), torch.ones(1)),
+        "tensor_clamp_ste",
+        "min_val of shape [3] does not broadcast to x of shape [2, 5]",
+    )
+    add(
+        "tensor_clamp_ste-max-shape",
+        lambda: ops.tensor_clamp_ste(_x(), torch.zeros(1), torch.ones(4, 2, 5)),
+        "tensor_clamp_ste",
+        "max_val of shape [4, 2, 5] does not broadcast",
+    )
+    add(
+        "tensor_clamp_ste-int-x",
+        lambda: ops.tensor_clamp_ste(_ints(), _t(0.0), _t(1.0)),
+        "tensor_clamp_ste",
+        "x must be a floating-point tensor",
+    )
+    add(
+        "scalar_clamp_ste-min-above-max",
+        lambda: ops.scalar_clamp_ste(_x(), 1.0, -1.0),
+        "scalar_clamp_ste",
+        "min_val",
+    )
+    add(
+        "scalar_clamp_ste-nan",
+        lambda: ops.scalar_clamp_ste(_x(), float("nan"), 1.0),
+        "scalar_clamp_ste",
+        "min_val must not be NaN",
+    )
+    add(
+        "scalar_clamp_min_ste-nan",
+        lambda: ops.scalar_clamp_min_ste(_x(), float("nan")),
+        "scalar_clamp_min_ste",
+        "min_val",
+    )
+    add(
+        "scalar_clamp_min_ste-int-x",
+        lambda: ops.scalar_clamp_min_ste(_ints(), 0.0),
+        "scalar_clamp_min_ste",
+        "x must be a floating-point tensor",
+    )
+    add(
+        "scalar_signed_clamp_min_ste-nan",
+        lambda: ops.scalar_signed_clamp_min_ste(_x(), float("nan")),
+        "scalar_signed_clamp_min_ste",
+        "min_val",
+    )
+    add(
+        "scalar_signed_clamp_min_ste-int-x",
+        lambda: ops.scalar_signed_clamp_min_ste(_ints(), 0.0),
+        "scalar_signed_clamp_min_ste",
+        "x must be a floating-point tensor",
+    )
 
-    add("int_quant-int-x", lambda: _int_quant(x=_ints()), "int_quant", "x must be a floating-point tensor")
-    add("int_quant-scale-shape", lambda: _int_quant(scale=torch.ones(3)),
-        "int_quant", "scale of shape [3] does not broadcast to x of shape [2, 5]")
-    add("int_quant-zero-point-shape", lambda: _int_quant(zp=torch.zeros(2, 1, 1, 1)),
-        "int_quant", "zero_point of shape [2, 1, 1, 1] does not broadcast")
-    add("int_quant-scale-dtype", lambda: _int_quant(scale=torch.tensor(0.1, dtype=torch.float64)),
-        "int_quant", "scale must have the dtype of x")
+    add(
+        "int_quant-int-x",
+        lambda: _int_quant(x=_ints()),
+        "int_quant",
+        "x must be a floating-point tensor",
+    )
+    add(
+        "int_quant-scale-shape",
+        lambda: _int_quant(scale=torch.ones(3)),
+        "int_quant",
+        "scale of shape [3] does not broadcast to x of shape [2, 5]",
+    )
+    add(
+        "int_quant-zero-point-shape",
+        lambda: _int_quant(zp=torch.zeros(2, 1, 1, 1)),
+        "int_quant",
+        "zero_point of shape [2, 1, 1, 1] does not broadcast",
+    )
+    add(
+        "int_quant-scale-dtype",
+        lambda: _int_quant(scale=torch.tensor(0.1, dtype=torch.float64)),
+        "int_quant",
+        "scale must have the dtype of x",
+    )
     for v in (0.0, -1.0, float("inf"), float("nan")):
-        add(f"int_quant-scale-{v}", lambda v=v: _int_quant(scale=_t(v)),
-            "int_quant", "scale must be positive and finite")
-    add("int_quant-zero-point-nan", lambda: _int_quant(zp=_t(float("nan"))), "int_quant", "zero_point")
+        add(
+            f"int_quant-scale-{v}",
+            lambda v=v: _int_quant(scale=_t(v)),
+            "int_quant",
+            "scale must be positive and finite",
+        )
+    add(
+        "int_quant-zero-point-nan",
+        lambda: _int_quant(zp=_t(float("nan"))),
+        "int_quant",
+        "zero_point",
+    )
     for bw in (0.0, 33.0, 4.5, float("nan")):
-        add(f"int_quant-bit-width-{bw}", lambda bw=bw: _int_quant(bw=_t(bw)),
-            "int_quant", "bit_width must be an integer in [1, 32]")
-    add("int_quant-bit-width-shape", lambda: _int_quant(bw=torch.tensor([8.0, 8.0])),
-        "int_quant", "bit_width must hold exactly one value", "[2]")
-    add("int_quant-rounding-mode", lambda: _int_quant(mode="nearest"), "int_quant", "nearest", "round")
-    add("int_quant-device", lambda: _int_quant(scale=torch.tensor(0.1, device="meta")),
-        "int_quant", "scale is on meta but x is on cpu")
-    add("_int_quant_with_mask-scale-shape",
+        add(
+            f"int_quant-bit-width-{bw}",
+            lambda bw=bw: _int_quant(bw=_t(bw)),
+            "int_quant",
+            "bit_width must be an integer in [1, 32]",
+        )
+    add(
+        "int_quant-bit-width-shape",
+        lambda: _int_quant(bw=torch.tensor([8.0, 8.0])),
+        "int_quant",
+        "bit_width must hold exactly one value",
+        "[2]",
+    )
+    add(
+        "int_quant-rounding-mode",
+        lambda: _int_quant(mode="nearest"),
+        "int_quant",
+        "nearest",
+        "round",
+    )
+    add(
+        "int_quant-device",
+        lambda: _int_quant(scale=torch.tensor(0.1, device="meta")),
+        "int_quant",
+        "scale is on meta but x is on cpu",
+    )
+    add(
+        "_int_quant_with_mask-scale-shape",
         lambda: ops._int_quant_with_mask(_x(), torch.ones(3), _t(0.0), _t(8.0), True, False),
         # The mask-keeping forward of int_quant reports as int_quant, the op the user called.
-        "brevitas_cpp::int_quant", "scale of shape [3] does not broadcast")
-    add("_int_quant_backward-grad-dtype", lambda: _int_quant_backward(grad=_x().double()),
-        "_int_quant_backward", "grad")
-    add("_int_quant_backward-scale-shape", lambda: _int_quant_backward(scale=torch.ones(3)),
-        "_int_quant_backward", "scale of shape [3] does not broadcast")
-    add("_int_quant_backward-rounding-mode", lambda: _int_quant_backward(mode="nearest"),
-        "_int_quant_backward", "nearest")
+        "brevitas_cpp::int_quant",
+        "scale of shape [3] does not broadcast",
+    )
+    add(
+        "_int_quant_backward-grad-dtype",
+        lambda: _int_quant_backward(grad=_x().double()),
+        "_int_quant_backward",
+        "grad",
+    )
+    add(
+        "_int_quant_backward-scale-shape",
+        lambda: _int_quant_backward(scale=torch.ones(3)),
+        "_int_quant_backward",
+        "scale of shape [3] does not broadcast",
+    )
+    add(
+        "_int_quant_backward-rounding-mode",
+        lambda: _int_quant_backward(mode="nearest"),
+        "_int_quant_backward",
+        "nearest",
+    )
 
     for op in ("binary_quant", "clamped_binary_quant"):
-        add(f"{op}-int-x", lambda op=op: getattr(ops, op)(_ints(), torch.tensor(1, dtype=torch.int32)),
-            op, "x must be a floating-point tensor")
-        add(f"{op}-scale-shape", lambda op=op: getattr(ops, op)(_x(), torch.ones(3)),
-            op, "scale of shape [3] does not broadcast to x of shape [2, 5]")
-        add(f"{op}-scale-zero", lambda op=op: getattr(ops, op)(_x(), _t(0.0)),
-            op, "scale must be positive and finite")
-        add(f"_{op}_backward-scale-shape",
+        add(
+            f"{op}-int-x",
+            lambda op=op: getattr(ops, op)(_ints(), torch.tensor(1, dtype=torch.int32)),
+            op,
+            "x must be a floating-point tensor",
+        )
+        add(
+            f"{op}-scale-shape",
+            lambda op=op: getattr(ops, op)(_x(), torch.ones(3)),
+            op,
+            "scale of shape [3] does not broadcast to x of shape [2, 5]",
+        )
+        add(
+            f"{op}-scale-zero",
+            lambda op=op: getattr(ops, op)(_x(), _t(0.0)),
+            op,
+            "scale must be positive and finite",
+        )
+        add(
+            f"_{op}_backward-scale-shape",
             lambda op=op: getattr(ops, f"_{op}_backward")(_x(), _x(), torch.ones(3), [True, True]),
-            f"_{op}_backward", "scale of shape [3] does not broadcast")
-    add("ternary_quant-threshold", lambda: ops.ternary_quant(_x(), _t(1.0), -0.5),
-        "ternary_quant", "threshold")
-    add("ternary_quant-scale-shape", lambda: ops.ternary_quant(_x(), torch.ones(3), 0.5),
-        "ternary_quant", "scale of shape [3] does not broadcast")
-    add("_ternary_quant_backward-threshold",
+            f"_{op}_backward",
+            "scale of shape [3] does not broadcast",
+        )
+    add(
+        "ternary_quant-threshold",
+        lambda: ops.ternary_quant(_x(), _t(1.0), -0.5),
+        "ternary_quant",
+        "threshold",
+    )
+    add(
+        "ternary_quant-scale-shape",
+        lambda: ops.ternary_quant(_x(), torch.ones(3), 0.5),
+        "ternary_quant",
+        "scale of shape [3] does not broadcast",
+    )
+    add(
+        "_ternary_quant_backward-threshold",
         lambda: ops._ternary_quant_backward(_x(), _x(), _t(1.0), float("nan"), [True, True]),
-        "_ternary_quant_backward", "threshold")
-    add("_all_reduce_mean-unknown-group", lambda: ops._all_reduce_mean(_x(), "no-such-group"),
-        "_all_reduce_mean", "no-such-group")
+        "_ternary_quant_backward",
+        "threshold",
+    )
+    add(
+        "_all_reduce_mean-unknown-group",
+        lambda: ops._all_reduce_mean(_x(), "no-such-group"),
+        "_all_reduce_mean",
+        "no-such-group",
+    )
     return out

@@ -47,7 +47,7 @@ RESTRICTS = {
 # restrict domain -> scale
 RESTRICT: Dict[str, Callable[[Tensor], Tensor]] = {
     "float": lambda v: v,
-    "log": lambda v: 2.0 ** v,
+    "log": lambda v: 2.0**v,
     "po2": lambda v: 2.0 ** ste(torch.round(v), v),
     "int": lambda v: ste(torch.round(v), v),
 }

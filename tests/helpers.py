@@ -13,8 +13,12 @@ Tensor = torch.Tensor
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 DTYPE_IDS = ["f32", "f64", "f16", "bf16"]
 # Same-width integer dtypes, to compare floats bit for bit (signed zeros, NaN payloads).
-INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-            torch.bfloat16: torch.int16}
+INT_VIEW = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
 BAD_DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool, torch.complex64]
 
 
@@ -28,14 +32,21 @@ def assert_same(actual: Tensor, expected: Tensor) -> None:
     assert actual.dtype == expected.dtype
     assert actual.shape == expected.shape
     # Integer results (max_int/min_int) have no NaN and no signed zero.
-    nan = torch.isnan(expected) if expected.is_floating_point() else torch.zeros_like(expected, dtype=torch.bool)
-    same = torch.equal(torch.isnan(actual) if actual.is_floating_point() else nan, nan) and torch.equal(
-        actual[~nan], expected[~nan])
+    nan = (
+        torch.isnan(expected)
+        if expected.is_floating_point()
+        else torch.zeros_like(expected, dtype=torch.bool)
+    )
+    same = torch.equal(
+        torch.isnan(actual) if actual.is_floating_point() else nan, nan
+    ) and torch.equal(actual[~nan], expected[~nan])
     if not same:  # assert_close only for its report (it is slow on large tensors)
         torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
         raise AssertionError("not bitwise equal")
     if expected.is_floating_point():
-        assert torch.equal(torch.signbit(actual)[~nan], torch.signbit(expected)[~nan]), "sign of zero differs"
+        assert torch.equal(torch.signbit(actual)[~nan], torch.signbit(expected)[~nan]), (
+            "sign of zero differs"
+        )
 
 
 def assert_bitwise(y: Tensor, ref: Tensor, signed_zero: bool = True) -> None:
@@ -43,11 +54,15 @@ def assert_bitwise(y: Tensor, ref: Tensor, signed_zero: bool = True) -> None:
     assert y.dtype == ref.dtype and y.shape == ref.shape
     nan = torch.isnan(y) & torch.isnan(ref)
     if signed_zero:
-        same = (y.contiguous().view(INT_VIEW[y.dtype]) == ref.contiguous().view(INT_VIEW[y.dtype])) | nan
+        same = (
+            y.contiguous().view(INT_VIEW[y.dtype]) == ref.contiguous().view(INT_VIEW[y.dtype])
+        ) | nan
     else:
         same = (y == ref) | nan
     if not bool(same.all()):
-        raise AssertionError(f"mismatch: got {y[~same][:5].tolist()}, want {ref[~same][:5].tolist()}")
+        raise AssertionError(
+            f"mismatch: got {y[~same][:5].tolist()}, want {ref[~same][:5].tolist()}"
+        )
 
 
 # ---- references (Brevitas's formulas in plain torch) ----------------------------------------------
@@ -124,8 +139,16 @@ class _StraightThrough(torch.autograd.Function):
         return grad, None
 
 
-def ref_int_quant(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor, signed: bool,
-                  narrow_range: bool, rounding_mode: str = "round", clamp_ste: bool = False) -> Tensor:
+def ref_int_quant(
+    x: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    bit_width: Tensor,
+    signed: bool,
+    narrow_range: bool,
+    rounding_mode: str = "round",
+    clamp_ste: bool = False,
+) -> Tensor:
     """The unfused IntQuant composition: round(x / s + z) (STE), clamp to [min_int, max_int], (c - z) * s."""
     rnd = ROUND[rounding_mode.lower()]
     t = x / scale
@@ -143,7 +166,9 @@ def ref_int_quant(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tenso
 # ---- inputs of the fused quantizers ----------------------------------------------------------------
 
 
-def rand(shape: Sequence[int], dtype: torch.dtype = torch.float32, seed: int = 0, spread: float = 1.0) -> Tensor:
+def rand(
+    shape: Sequence[int], dtype: torch.dtype = torch.float32, seed: int = 0, spread: float = 1.0
+) -> Tensor:
     """Seeded normal values, drawn in float64 so every dtype sees the same numbers."""
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(shape, generator=g, dtype=torch.float64) * spread).to(dtype)
@@ -180,11 +205,14 @@ def quant_layouts() -> Dict[str, Tensor]:
 
 def param_shape(x: Tensor, param_dim: Optional[int]) -> Sequence[int]:
     """Shape of a parameter over x's dim param_dim (per tensor, [1], when None)."""
-    return (1,) if param_dim is None else [x.shape[d] if d == param_dim else 1 for d in range(x.dim())]
+    return (
+        (1,) if param_dim is None else [x.shape[d] if d == param_dim else 1 for d in range(x.dim())]
+    )
 
 
-def grads(fn: Callable[..., Tensor], leaves: Sequence[Tensor], g: Tensor,
-          which: Sequence[bool]) -> Tuple[Tensor, List[Optional[Tensor]]]:
+def grads(
+    fn: Callable[..., Tensor], leaves: Sequence[Tensor], g: Tensor, which: Sequence[bool]
+) -> Tuple[Tensor, List[Optional[Tensor]]]:
     """fn(*leaves) and the gradients of g through it, on fresh copies of the leaves; which says
     which copies require grad (the others get None)."""
     copies = [t.detach().clone().requires_grad_(bool(w)) for t, w in zip(leaves, which)]

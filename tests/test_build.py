@@ -17,12 +17,28 @@ LIB_DIR = pathlib.Path(_C.__file__).parent
 OPS_LIB = LIB_DIR / "libbrevitas_cpp_ops.so"
 
 EXPECTED_OPS = {
-    "round_ste", "ceil_ste", "floor_ste", "round_to_zero_ste", "dpu_round_ste",
-    "tensor_clamp_ste", "scalar_clamp_ste", "scalar_clamp_min_ste", "scalar_signed_clamp_min_ste",
-    "binary_sign_ste", "ternary_sign_ste", "abs_binary_sign_grad", "_abs_binary_sign_grad_backward",
-    "int_quant", "_int_quant_with_mask", "_int_quant_backward",
-    "binary_quant", "clamped_binary_quant", "_binary_quant_backward", "_clamped_binary_quant_backward",
-    "ternary_quant", "_ternary_quant_backward",
+    "round_ste",
+    "ceil_ste",
+    "floor_ste",
+    "round_to_zero_ste",
+    "dpu_round_ste",
+    "tensor_clamp_ste",
+    "scalar_clamp_ste",
+    "scalar_clamp_min_ste",
+    "scalar_signed_clamp_min_ste",
+    "binary_sign_ste",
+    "ternary_sign_ste",
+    "abs_binary_sign_grad",
+    "_abs_binary_sign_grad_backward",
+    "int_quant",
+    "_int_quant_with_mask",
+    "_int_quant_backward",
+    "binary_quant",
+    "clamped_binary_quant",
+    "_binary_quant_backward",
+    "_clamped_binary_quant_backward",
+    "ternary_quant",
+    "_ternary_quant_backward",
 }
 # The statistics average over ranks: device-generic kernels (CompositeExplicitAutograd, on c10d
 # collectives) plus Meta and Autograd; and its process-wide switch (no tensor arguments).
@@ -32,8 +48,15 @@ STATE_OPS = {"_set_stats_sync", "_get_stats_sync"}
 
 def test_build_info_reports_the_build():
     info = brevitas_cpp.build_info()
-    assert set(info) == {"torch_version", "openmp", "vector_isa", "active_isa", "cuda", "cuda_version",
-                         "cuda_arch_list"}
+    assert set(info) == {
+        "torch_version",
+        "openmp",
+        "vector_isa",
+        "active_isa",
+        "cuda",
+        "cuda_version",
+        "cuda_arch_list",
+    }
     assert info["torch_version"] == torch.__version__.split("+")[0]
     # at::parallel_for is inline code: without OpenMP in our compile it would run serially.
     assert info["openmp"] is True
@@ -49,18 +72,30 @@ def test_build_info_reports_the_build():
 
 
 def test_every_op_is_registered_with_all_kernels():
-    registered = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("brevitas_cpp::")}
+    registered = {
+        n.split("::")[1]
+        for n in torch._C._dispatch_get_all_op_names()
+        if n.startswith("brevitas_cpp::")
+    }
     assert registered == EXPECTED_OPS | COMPOSITE_OPS | STATE_OPS
     for name in EXPECTED_OPS:
         for key in ("CPU", "Meta", "Autograd", "CompositeExplicitAutograd"):
-            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (name, key)
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (
+                name,
+                key,
+            )
     for name in COMPOSITE_OPS:
         for key in ("CompositeExplicitAutograd", "Meta", "Autograd"):
-            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (name, key)
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", key), (
+                name,
+                key,
+            )
 
 
 def _needed_libraries(path: pathlib.Path) -> list[str]:
-    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["readelf", "-d", str(path)], capture_output=True, text=True, check=True
+    ).stdout
     return [line.split("[")[1].split("]")[0] for line in out.splitlines() if "(NEEDED)" in line]
 
 
@@ -148,8 +183,9 @@ def test_every_instruction_set_gives_the_same_results(isa, tmp_path):
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    return a.dtype == b.dtype and torch.equal(a.reshape(-1).view(as_int[a.element_size()]),
-                                              b.reshape(-1).view(as_int[b.element_size()]))
+    return a.dtype == b.dtype and torch.equal(
+        a.reshape(-1).view(as_int[a.element_size()]), b.reshape(-1).view(as_int[b.element_size()])
+    )
 
 
 # Symbols every shared object defines (the linker's markers, the init/fini hooks).
@@ -161,8 +197,12 @@ def test_op_library_exports_only_its_own_api():
     """csrc/exports.map: no instantiation of a libstdc++, c10 or ATen template or inline function
     leaves the library, so none can stand in for the real one in another library, whatever the
     load order (the class of bug behind a SIGSEGV seen under torch 2.11 with g++ 13)."""
-    out = subprocess.run(["nm", "-D", "-C", "--defined-only", str(OPS_LIB)], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "-C", "--defined-only", str(OPS_LIB)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     names = [line.split(" ", 2)[2] for line in out.splitlines() if line.count(" ") >= 2]
     foreign = [n for n in names if not n.startswith("brevitas_cpp::") and n not in _LINKER_SYMBOLS]
     assert not foreign, foreign[:20]
@@ -172,14 +212,19 @@ def test_op_library_exports_only_its_own_api():
 BUILD_NINJA = pathlib.Path(__file__).resolve().parents[1] / "build" / "skbuild" / "build.ninja"
 
 
-@pytest.mark.skipif(not BUILD_NINJA.exists(), reason="no CMake build tree (scripts/setup.sh makes one)")
+@pytest.mark.skipif(
+    not BUILD_NINJA.exists(), reason="no CMake build tree (scripts/setup.sh makes one)"
+)
 def test_portable_objects_are_linked_before_the_isa_kernels():
     """Inline code instantiated by several objects (e.g. the std::stringbuf of every error
     message) is linked once, from the first object that has it. The portable objects (schemas,
     checks, Meta/Autograd kernels) and the DEFAULT kernels come first, so the copy kept never
     holds AVX2/AVX512 instructions that a CPU without them would fault on."""
-    line = next(line for line in BUILD_NINJA.read_text().splitlines()
-                if line.startswith("build libbrevitas_cpp_ops.so:"))
+    line = next(
+        line
+        for line in BUILD_NINJA.read_text().splitlines()
+        if line.startswith("build libbrevitas_cpp_ops.so:")
+    )
     objects = [word for word in line.split() if word.endswith(".o")]
     is_isa = ["kernels_AVX" in o for o in objects]
     assert any(is_isa) and not all(is_isa), objects

@@ -29,7 +29,7 @@ RANKS = {
 }
 LEAVES = {"_load", "_C", "config", "jit", "distributed", "inject.enum"}
 
-CHECK = textwrap.dedent('''
+CHECK = textwrap.dedent("""
     import importlib, importlib.abc, pkgutil, sys
 
     package, blocked = sys.argv[1], set(sys.argv[2].split(","))
@@ -52,14 +52,15 @@ CHECK = textwrap.dedent('''
     for name in names:
         importlib.import_module(name)
     print(len(names) + 1)
-''')
+""")
 
 
 def _run_check(*args: str) -> subprocess.CompletedProcess:
     # The brevitas_cpp this process imported (installed, or a source tree), not another one.
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(brevitas_cpp.__file__)))
-    return subprocess.run([sys.executable, "-P", "-c", *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-P", "-c", *args], capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 @pytest.mark.parametrize("package", sorted(RANKS, key=RANKS.get))
@@ -72,8 +73,9 @@ def test_package_imports_only_packages_below_it(package):
 
 def test_a_blocked_import_is_caught():
     """The check itself: core made to see nn as above it must fail when nn is imported."""
-    result = _run_check(CHECK + "\nimportlib.import_module('brevitas_cpp.nn')", "function", "nn",
-                        ",".join(LEAVES))
+    result = _run_check(
+        CHECK + "\nimportlib.import_module('brevitas_cpp.nn')", "function", "nn", ",".join(LEAVES)
+    )
     assert result.returncode != 0
     assert "brevitas_cpp.function imports brevitas_cpp.nn" in result.stderr
 

@@ -20,43 +20,95 @@ NO_GTEST = "-DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON"
 def test_plain_install_needs_no_googletest(tmp_path):
     wheels, site = tmp_path / "wheels", tmp_path / "site"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-         "-w", str(wheels), f"--config-settings=build-dir={tmp_path / 'build'}",
-         f"--config-settings=cmake.args={NO_GTEST}", str(REPO)],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(wheels),
+            f"--config-settings=build-dir={tmp_path / 'build'}",
+            f"--config-settings=cmake.args={NO_GTEST}",
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = wheels.glob("brevitas_cpp-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "brevitas_cpp/libbrevitas_cpp_ops.so" in names
     assert not [n for n in names if "test" in n.rsplit("/", 1)[-1]], names
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                    str(site), str(wheel)], check=True, capture_output=True)
-    probe = ("import brevitas_cpp, torch\n"
-             "assert brevitas_cpp.__file__.startswith(%r), brevitas_cpp.__file__\n"
-             "x = torch.tensor([0.26, -0.74])\n"
-             "y = brevitas_cpp.function.int_quant(x, torch.tensor(0.5), torch.tensor(0.0), "
-             "torch.tensor(4.0), True, False)\n"
-             "assert y.tolist() == [0.5, -0.5], y\n" % str(site))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    probe = (
+        "import brevitas_cpp, torch\n"
+        "assert brevitas_cpp.__file__.startswith(%r), brevitas_cpp.__file__\n"
+        "x = torch.tensor([0.26, -0.74])\n"
+        "y = brevitas_cpp.function.int_quant(x, torch.tensor(0.5), torch.tensor(0.0), "
+        "torch.tensor(4.0), True, False)\n"
+        "assert y.tolist() == [0.5, -0.5], y\n" % str(site)
+    )
     env = dict(os.environ, PYTHONPATH=str(site))
-    run = subprocess.run([sys.executable, "-P", "-c", probe], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-P", "-c", probe], env=env, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr[-3000:]
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake on PATH")
 def test_cpp_tests_without_googletest_is_a_clear_configure_error(tmp_path):
     configure = subprocess.run(
-        ["cmake", "-S", str(REPO), "-B", str(tmp_path), "-DBREVITAS_CPP_BUILD_TESTS=ON",
-         "-DBREVITAS_CPP_BUILD_PYTHON=OFF", NO_GTEST, f"-DPython_EXECUTABLE={sys.executable}"],
-        capture_output=True, text=True)
+        [
+            "cmake",
+            "-S",
+            str(REPO),
+            "-B",
+            str(tmp_path),
+            "-DBREVITAS_CPP_BUILD_TESTS=ON",
+            "-DBREVITAS_CPP_BUILD_PYTHON=OFF",
+            NO_GTEST,
+            f"-DPython_EXECUTABLE={sys.executable}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert configure.returncode != 0
     assert "BREVITAS_CPP_BUILD_TESTS=ON needs GoogleTest" in configure.stdout + configure.stderr
 
 
 def _configure(tmp_path, *args, env=None):
     return subprocess.run(
-        ["cmake", "-S", str(REPO), "-B", str(tmp_path), "-DBREVITAS_CPP_BUILD_PYTHON=OFF",
-         f"-DPython_EXECUTABLE={sys.executable}", *args],
-        capture_output=True, text=True, env=env)
+        [
+            "cmake",
+            "-S",
+            str(REPO),
+            "-B",
+            str(tmp_path),
+            "-DBREVITAS_CPP_BUILD_PYTHON=OFF",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake on PATH")

@@ -44,10 +44,12 @@ def checked_shape(owner: str, arg: str, shape) -> Tuple[int, ...]:
     """shape as a tuple of positive ints; anything else (an int, negative sizes) is rejected
     here, where the message can name the block and the argument."""
     if isinstance(shape, (tuple, list, torch.Size)) and all(
-            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0 for s in shape):
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0 for s in shape
+    ):
         return tuple(int(s) for s in shape)
     raise ValueError(
-        f"{owner}: {arg} must be a tuple of positive ints (() for a scalar), got {shape!r}")
+        f"{owner}: {arg} must be a tuple of positive ints (() for a scalar), got {shape!r}"
+    )
 
 
 def checked_finite(owner: str, arg: str, value) -> None:
@@ -77,42 +79,59 @@ def checked_momentum(owner: str, arg: str, momentum) -> Optional[float]:
     """None (cumulative average) or an EMA factor in [0, 1] (NaN fails the range test)."""
     if momentum is None:
         return None
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not (
-            0.0 <= float(momentum) <= 1.0):
+    if (
+        isinstance(momentum, bool)
+        or not isinstance(momentum, numbers.Real)
+        or not (0.0 <= float(momentum) <= 1.0)
+    ):
         raise ValueError(
             f"{owner}: {arg} must be None (cumulative average) or a float in [0, 1], "
-            f"got {momentum!r}")
+            f"got {momentum!r}"
+        )
     return float(momentum)
 
 
 def checked_collect_stats_steps(owner: str, collect_stats_steps) -> int:
-    if isinstance(collect_stats_steps, bool) or not isinstance(
-            collect_stats_steps, numbers.Integral) or collect_stats_steps <= 0:
+    if (
+        isinstance(collect_stats_steps, bool)
+        or not isinstance(collect_stats_steps, numbers.Integral)
+        or collect_stats_steps <= 0
+    ):
         raise ValueError(
             f"{owner}: collect_stats_steps must be a positive int (training batches to take "
-            f"statistics over), got {collect_stats_steps!r}")
+            f"statistics over), got {collect_stats_steps!r}"
+        )
     return int(collect_stats_steps)
 
 
 def checked_parameter_list(owner: str, tracked_parameter_list) -> List[Tensor]:
-    if not isinstance(tracked_parameter_list, (list, tuple)) or len(tracked_parameter_list) == 0 or \
-            not all(isinstance(p, Tensor) for p in tracked_parameter_list):
+    if (
+        not isinstance(tracked_parameter_list, (list, tuple))
+        or len(tracked_parameter_list) == 0
+        or not all(isinstance(p, Tensor) for p in tracked_parameter_list)
+    ):
         raise ValueError(
             f"{owner}: tracked_parameter_list must be a non-empty list of tensors (the "
-            f"parameters the statistics are taken over), got {tracked_parameter_list!r}")
+            f"parameters the statistics are taken over), got {tracked_parameter_list!r}"
+        )
     return list(tracked_parameter_list)
 
 
 def checked_restrict_impl(owner: str, arg: str, impl) -> Module:
     """A restrict-value block: a module with the restrict_init_* helpers the scaling blocks call."""
     checked_module(owner, arg, impl)
-    for helper in ("restrict_init_float", "restrict_init_tensor", "restrict_init_module",
-                   "restrict_init_inplace_module"):
+    for helper in (
+        "restrict_init_float",
+        "restrict_init_tensor",
+        "restrict_init_module",
+        "restrict_init_inplace_module",
+    ):
         if not callable(getattr(impl, helper, None)):
             raise TypeError(
                 f"{owner}: {arg} must be a restrict-value block (FloatRestrictValue, "
                 f"LogFloatRestrictValue, IntRestrictValue, PowerOfTwoRestrictValue, ...) with "
-                f"{helper}(), got {type(impl).__name__}")
+                f"{helper}(), got {type(impl).__name__}"
+            )
     return impl
 
 
@@ -124,4 +143,5 @@ def check_affine_inits(owner: str, prefix: str, rescaling_init, shifting_init) -
         raise RuntimeError(
             f"{owner}: enabling shifting of the {what} ({prefix}_affine_shifting_init="
             f"{shifting_init!r}) requires enabling affine rescaling first "
-            f"({prefix}_affine_rescaling_init is None)")
+            f"({prefix}_affine_rescaling_init is None)"
+        )

@@ -51,8 +51,9 @@ def zero_grad_link(x: Tensor, param: Tensor) -> Tensor:
 # ---- statistics ------------------------------------------------------------------------------------
 
 
-def checked_stats_args(owner: str, prefix: str, stats_impl, stats_input_view_shape_impl,
-                       shape) -> Tuple[int, ...]:
+def checked_stats_args(
+    owner: str, prefix: str, stats_impl, stats_input_view_shape_impl, shape
+) -> Tuple[int, ...]:
     """The statistic, its input view and the output shape of a block whose arguments are named
     <prefix>_stats_impl, <prefix>_stats_input_view_shape_impl and <prefix>_shape (prefix
     'scaling' or 'zero_point'); returns the shape as a tuple."""
@@ -62,20 +63,26 @@ def checked_stats_args(owner: str, prefix: str, stats_impl, stats_input_view_sha
 
 
 def tracked_parameter_stats(
-        owner: str,
-        prefix: str,
-        stats_impl: Module,
-        stats_input_view_shape_impl: Module,
-        stats_input_concat_dim: int,
-        shape: Tuple[int, ...],
-        tracked_parameter_list: List[torch.nn.Parameter],
-        force_parameter: bool = False) -> Tuple[_ParameterListStats, Tuple[int, ...]]:
+    owner: str,
+    prefix: str,
+    stats_impl: Module,
+    stats_input_view_shape_impl: Module,
+    stats_input_concat_dim: int,
+    shape: Tuple[int, ...],
+    tracked_parameter_list: List[torch.nn.Parameter],
+    force_parameter: bool = False,
+) -> Tuple[_ParameterListStats, Tuple[int, ...]]:
     """The statistics block over the tracked parameters, and the checked output shape."""
     shape = checked_stats_args(owner, prefix, stats_impl, stats_input_view_shape_impl, shape)
     tracked_parameter_list = checked_parameter_list(owner, tracked_parameter_list)
     stats = _ParameterListStats(
-        stats_impl, shape, stats_input_view_shape_impl, stats_input_concat_dim,
-        tracked_parameter_list, force_parameter)
+        stats_impl,
+        shape,
+        stats_input_view_shape_impl,
+        stats_input_concat_dim,
+        tracked_parameter_list,
+        force_parameter,
+    )
     return stats, shape
 
 
@@ -92,22 +99,26 @@ def checked_threshold_impl(owner: str, restrict_scaling_impl, restrict_threshold
 
 
 def hold_restrict_clamps(
-        block: Module,
-        restrict_scaling_impl: Module,
-        restrict_threshold_impl: Module,
-        restrict_scale_threshold_impl: Optional[Module],
-        scaling_min_val: Optional[float],
-        is_scale_unsigned: bool) -> None:
+    block: Module,
+    restrict_scaling_impl: Module,
+    restrict_threshold_impl: Module,
+    restrict_scale_threshold_impl: Optional[Module],
+    scaling_min_val: Optional[float],
+    is_scale_unsigned: bool,
+) -> None:
     """Registers on block the chain from a value of the restrict domain and a threshold to a
     scale: restrict_threshold_pre (threshold into the restrict domain), restrict_clamp_threshold,
     restrict_clamp_scaling (restrict, scaling_min_val, abs) and restrict_clamp_scale_threshold
     (applied to value / threshold)."""
     block.restrict_clamp_scaling = _RestrictClampValue(
-        scaling_min_val, restrict_scaling_impl, is_scale_unsigned)
+        scaling_min_val, restrict_scaling_impl, is_scale_unsigned
+    )
     block.restrict_clamp_threshold = _RestrictClampValue(
-        restrict_value_impl=restrict_threshold_impl)
+        restrict_value_impl=restrict_threshold_impl
+    )
     block.restrict_clamp_scale_threshold = _RestrictClampValue(
-        restrict_value_impl=restrict_scale_threshold_impl, is_unsigned=is_scale_unsigned)
+        restrict_value_impl=restrict_scale_threshold_impl, is_unsigned=is_scale_unsigned
+    )
     block.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
 
 
@@ -115,14 +126,15 @@ def hold_restrict_clamps(
 
 
 def initial_value_tensor(
-        owner: str,
-        arg: str,
-        init,
-        shape_arg: str,
-        shape: Optional[Tuple[int, ...]],
-        dtype: Optional[torch.dtype],
-        device: Optional[torch.device],
-        to_domain: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+    owner: str,
+    arg: str,
+    init,
+    shape_arg: str,
+    shape: Optional[Tuple[int, ...]],
+    dtype: Optional[torch.dtype],
+    device: Optional[torch.device],
+    to_domain: Optional[Callable[[Tensor], Tensor]] = None,
+) -> Tensor:
     """The initial value of a learned tensor from a float or a tensor (copied: learning must not
     write into the caller's), mapped by to_domain (e.g. into a restrict domain), then broadcast
     to shape when it is a scalar. A tensor init must be a scalar or have exactly that shape."""
@@ -134,7 +146,8 @@ def initial_value_tensor(
             # RuntimeError as Brevitas, for callers that catch it.
             raise RuntimeError(
                 f"{owner}: {arg} has shape {tuple(init.shape)}, which is neither a scalar () "
-                f"nor {shape_arg} {shape}")
+                f"nor {shape_arg} {shape}"
+            )
         value = init.detach().to(device=device, dtype=dtype, copy=True)
     else:
         value = torch.tensor(init, dtype=dtype, device=device)
@@ -146,11 +159,12 @@ def initial_value_tensor(
 
 
 def hold_lazy_init_state(
-        block: Module,
-        shape: Tuple[int, ...],
-        placeholder: float,
-        dtype: Optional[torch.dtype],
-        device: Optional[torch.device]) -> None:
+    block: Module,
+    shape: Tuple[int, ...],
+    placeholder: float,
+    dtype: Optional[torch.dtype],
+    device: Optional[torch.device],
+) -> None:
     """State of a block whose learned ``value`` is initialised on the first call: init_done,
     local_loss_mode (set by calibration code, e.g. MSE search, to get the statistic without
     initialising) and value, a placeholder the statistic is folded into in place (1 for a
@@ -161,13 +175,14 @@ def hold_lazy_init_state(
 
 
 def hold_warmup_state(
-        block: Module,
-        collect_stats_steps: int,
-        momentum: Optional[float],
-        shape: Tuple[int, ...],
-        placeholder: float,
-        dtype: Optional[torch.dtype],
-        device: Optional[torch.device]) -> None:
+    block: Module,
+    collect_stats_steps: int,
+    momentum: Optional[float],
+    shape: Tuple[int, ...],
+    placeholder: float,
+    dtype: Optional[torch.dtype],
+    device: Optional[torch.device],
+) -> None:
     """State of a block whose learned ``value`` is initialised after collect_stats_steps training
     batches: collect_stats_steps, counter, momentum, local_loss_mode (set by calibration code to
     get batch statistics without touching the running average), and the running average

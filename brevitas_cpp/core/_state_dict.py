@@ -61,13 +61,14 @@ class KeyPolicy:
         pass
 
     def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         for old_key, key in self.RENAMED_KEYS:
             if prefix + old_key in state_dict:
                 state_dict[prefix + key] = state_dict.pop(prefix + old_key)
         super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         for key in self.NEVER_SAVED_KEYS:
             forgive_missing(missing_keys, prefix + key)
         for key in self.INIT_KEPT_KEYS:
@@ -118,7 +119,8 @@ class WarmupValueStateDict(KeyPolicy):
         value_key = prefix + VALUE_KEY
         destination.pop(prefix + "buffer", None)
         if self.counter == 0 and not (
-                self.FULL_STATE_DICT_KEEPS_PLACEHOLDER and config._FULL_STATE_DICT):
+            self.FULL_STATE_DICT_KEEPS_PLACEHOLDER and config._FULL_STATE_DICT
+        ):
             destination.pop(value_key, None)
         elif self.counter <= self.collect_stats_steps:
             average = self.buffer if keep_vars else self.buffer.detach()

@@ -16,7 +16,6 @@ from torch.nn import Module
 
 from brevitas_cpp import jit
 from brevitas_cpp.core._checks import checked_module
-from brevitas_cpp.core.utils import SkipsIdentities
 from brevitas_cpp.core.function_wrapper import (
     Abs,
     Identity,
@@ -26,6 +25,7 @@ from brevitas_cpp.core.function_wrapper import (
     RoundSte,
     ScalarSignedClampMinSte,
 )
+from brevitas_cpp.core.utils import SkipsIdentities
 from brevitas_cpp.inject.enum import FloatToIntImplType, RestrictValueType
 
 __all__ = [
@@ -51,7 +51,8 @@ def _checked_min_val(owner: str, scaling_min_val) -> Optional[float]:
         scaling_min_val = scaling_min_val.item()
     if isinstance(scaling_min_val, bool) or not isinstance(scaling_min_val, numbers.Real):
         raise TypeError(
-            f"{owner}: scaling_min_val must be a real number or None, got {scaling_min_val!r}")
+            f"{owner}: scaling_min_val must be a real number or None, got {scaling_min_val!r}"
+        )
     value = float(scaling_min_val)
     if not math.isfinite(value):
         raise ValueError(f"{owner}: scaling_min_val must be finite, got {scaling_min_val!r}")
@@ -76,7 +77,8 @@ def _log2_float(owner: str, x: float) -> float:
     # math.log2's own error ("math domain error") does not say which block or value.
     if not x > 0:
         raise ValueError(
-            f"{owner}: restrict_init_float needs a positive value (log2 domain), got {x!r}")
+            f"{owner}: restrict_init_float needs a positive value (log2 domain), got {x!r}"
+        )
     return math.log2(x)
 
 
@@ -122,20 +124,25 @@ class _SkipsRestrictIdentities(SkipsIdentities):
 class _RestrictClampValue(_SkipsRestrictIdentities, jit.ScriptModule):
     """restrict_value_impl(x), then |x| >= scaling_min_val (sign kept), then |x| when unsigned."""
 
-    IDENTITY_SLOTS = (("restrict_value_impl", "restrict_is_identity"),
-                      ("clamp_min_ste", "clamp_is_identity"), ("apply_abs", "abs_is_identity"))
+    IDENTITY_SLOTS = (
+        ("restrict_value_impl", "restrict_is_identity"),
+        ("clamp_min_ste", "clamp_is_identity"),
+        ("apply_abs", "abs_is_identity"),
+    )
     __constants__ = ["restrict_is_identity", "clamp_is_identity", "abs_is_identity"]
 
     def __init__(
-            self,
-            scaling_min_val: Optional[float] = None,
-            restrict_value_impl: Optional[Module] = None,
-            is_unsigned: bool = True) -> None:
+        self,
+        scaling_min_val: Optional[float] = None,
+        restrict_value_impl: Optional[Module] = None,
+        is_unsigned: bool = True,
+    ) -> None:
         super().__init__()
         min_val = _checked_min_val(type(self).__name__, scaling_min_val)
         self.clamp_min_ste = _clamp_min_module(min_val)
         self.restrict_value_impl = _restrict_impl_or_identity(
-            type(self).__name__, restrict_value_impl)
+            type(self).__name__, restrict_value_impl
+        )
         # bool(): injection may hand over a truthy object (e.g. a stats op's is_scale_unsigned).
         self.apply_abs = Abs() if bool(is_unsigned) else Identity()
         self.refresh_identity_flags()
@@ -160,7 +167,8 @@ class _RestrictValue(_SkipsRestrictIdentities, jit.ScriptModule):
     def __init__(self, restrict_value_impl: Optional[Module]) -> None:
         super().__init__()
         self.restrict_value_impl = _restrict_impl_or_identity(
-            type(self).__name__, restrict_value_impl)
+            type(self).__name__, restrict_value_impl
+        )
         self.refresh_identity_flags()
 
     @jit.script_method
@@ -241,8 +249,10 @@ class IntRestrictValue(_LinearDomainInit, jit.ScriptModule):
     def __init__(self, restrict_value_float_to_int_impl: Module = RoundSte()) -> None:
         super().__init__()
         self.float_to_int_impl = checked_module(
-            type(self).__name__, "restrict_value_float_to_int_impl",
-            restrict_value_float_to_int_impl)
+            type(self).__name__,
+            "restrict_value_float_to_int_impl",
+            restrict_value_float_to_int_impl,
+        )
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -255,8 +265,10 @@ class PowerOfTwoRestrictValue(_Log2DomainInit, jit.ScriptModule):
     def __init__(self, restrict_value_float_to_int_impl: Module = RoundSte()) -> None:
         super().__init__()
         self.float_to_int_impl = checked_module(
-            type(self).__name__, "restrict_value_float_to_int_impl",
-            restrict_value_float_to_int_impl)
+            type(self).__name__,
+            "restrict_value_float_to_int_impl",
+            restrict_value_float_to_int_impl,
+        )
         self.power_of_two: Module = PowerOfTwo()
 
     @jit.script_method

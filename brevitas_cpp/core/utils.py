@@ -23,8 +23,8 @@ def inplace_tensor_mul(tensor: Tensor, value: Tensor) -> Tensor:
 
 
 def inplace_momentum_update(
-        tensor: Tensor, update: Tensor, momentum: Optional[float], counter: int,
-        new_counter: int) -> Tensor:
+    tensor: Tensor, update: Tensor, momentum: Optional[float], counter: int, new_counter: int
+) -> Tensor:
     """Running statistic update: a cumulative average when momentum is None, else an EMA."""
     if momentum is None:
         tensor.mul_(counter / new_counter)
@@ -102,6 +102,9 @@ class SkipsIdentities:
         # Scripted blocks cannot change a submodule's type; in eager mode a replaced block is
         # called from now on (once __init__ has set the flags).
         slots = self.IDENTITY_SLOTS
-        if (not jit.JIT_ENABLED and any(name == submodule for submodule, _ in slots)
-                and all(flag in self.__dict__ for _, flag in slots)):
+        if (
+            not jit.JIT_ENABLED
+            and any(name == submodule for submodule, _ in slots)
+            and all(flag in self.__dict__ for _, flag in slots)
+        ):
             self.refresh_identity_flags()

@@ -51,10 +51,12 @@ __all__ = [
 
 def _checked_int_quant(owner: str, int_quant) -> Module:
     if not isinstance(int_quant, Module) or not all(
-            callable(getattr(int_quant, method, None)) for method in ("min_int", "to_int")):
+        callable(getattr(int_quant, method, None)) for method in ("min_int", "to_int")
+    ):
         raise TypeError(
             f"{owner}: int_quant must be an integer quantizer (a module with min_int() and "
-            f"to_int(), e.g. IntQuant), got {int_quant!r}")
+            f"to_int(), e.g. IntQuant), got {int_quant!r}"
+        )
     return int_quant
 
 
@@ -65,8 +67,9 @@ def _scale_shift(owner: str, int_quant, quantize_zero_point) -> "_ScaleShiftZero
     return _ScaleShiftZeroPoint(int_quant, quantize_zero_point)
 
 
-def _affine_rescaling(owner: str, zero_point_shape, rescaling_init, shifting_init, dtype,
-                      device) -> Module:
+def _affine_rescaling(
+    owner: str, zero_point_shape, rescaling_init, shifting_init, dtype, device
+) -> Module:
     check_affine_inits(owner, "zero_point", rescaling_init, shifting_init)
     if rescaling_init is None:
         return Identity()
@@ -77,9 +80,8 @@ class ZeroZeroPoint(jit.ScriptModule):
     """Symmetric quantization: a constant 0 (never saved)."""
 
     def __init__(
-            self,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self, dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None
+    ) -> None:
         super().__init__()
         self.zero_point = StatelessBuffer(torch.tensor(0.0, dtype=dtype, device=device))
 
@@ -115,33 +117,46 @@ class StatsFromParameterZeroPoint(jit.ScriptModule):
     negative minimum), optionally affine-rescaled: -stats in the integer domain."""
 
     def __init__(
-            self,
-            int_quant: Module,
-            quantize_zero_point: bool,
-            zero_point_stats_input_view_shape_impl: Module,
-            zero_point_stats_input_concat_dim: int,
-            zero_point_stats_impl: Module,
-            zero_point_shape: Tuple[int, ...],
-            tracked_parameter_list: List[torch.nn.Parameter],
-            scale_shift_zero_point_impl: Optional[Module] = None,
-            zero_point_affine_rescaling_init: Optional[float] = None,
-            zero_point_affine_shifting_init: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        int_quant: Module,
+        quantize_zero_point: bool,
+        zero_point_stats_input_view_shape_impl: Module,
+        zero_point_stats_input_concat_dim: int,
+        zero_point_stats_impl: Module,
+        zero_point_shape: Tuple[int, ...],
+        tracked_parameter_list: List[torch.nn.Parameter],
+        scale_shift_zero_point_impl: Optional[Module] = None,
+        zero_point_affine_rescaling_init: Optional[float] = None,
+        zero_point_affine_shifting_init: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.parameter_list_stats, zero_point_shape = tracked_parameter_stats(
-            owner, "zero_point", zero_point_stats_impl, zero_point_stats_input_view_shape_impl,
-            zero_point_stats_input_concat_dim, zero_point_shape, tracked_parameter_list)
+            owner,
+            "zero_point",
+            zero_point_stats_impl,
+            zero_point_stats_input_view_shape_impl,
+            zero_point_stats_input_concat_dim,
+            zero_point_shape,
+            tracked_parameter_list,
+        )
         self.affine_rescaling = _affine_rescaling(
-            owner, zero_point_shape, zero_point_affine_rescaling_init,
-            zero_point_affine_shifting_init, dtype, device)
+            owner,
+            zero_point_shape,
+            zero_point_affine_rescaling_init,
+            zero_point_affine_shifting_init,
+            dtype,
+            device,
+        )
         # int_quant / quantize_zero_point are only needed for the default conversion.
         if scale_shift_zero_point_impl is None:
             self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
         else:
             self.scale_shift_zero_point = checked_module(
-                owner, "scale_shift_zero_point_impl", scale_shift_zero_point_impl)
+                owner, "scale_shift_zero_point_impl", scale_shift_zero_point_impl
+            )
 
     @jit.script_method
     def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
@@ -158,18 +173,27 @@ class ParameterZeroPoint(KeyPolicy, jit.ScriptModule):
     INIT_KEPT_KEYS = ("value",)
 
     def __init__(
-            self,
-            zero_point_init: Union[float, torch.Tensor],
-            int_quant: Module,
-            quantize_zero_point: bool,
-            zero_point_shape: Tuple[int, ...] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        zero_point_init: Union[float, torch.Tensor],
+        int_quant: Module,
+        quantize_zero_point: bool,
+        zero_point_shape: Tuple[int, ...] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
-        self.value = Parameter(initial_value_tensor(
-            owner, "zero_point_init", zero_point_init, "zero_point_shape", zero_point_shape,
-            dtype, device))
+        self.value = Parameter(
+            initial_value_tensor(
+                owner,
+                "zero_point_init",
+                zero_point_init,
+                "zero_point_shape",
+                zero_point_shape,
+                dtype,
+                device,
+            )
+        )
         self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
 
     @jit.script_method
@@ -192,27 +216,40 @@ class ParameterFromRuntimeZeroPoint(WarmupValueStateDict, jit.ScriptModule):
     FULL_STATE_DICT_KEEPS_PLACEHOLDER = False
 
     def __init__(
-            self,
-            collect_stats_steps: int,
-            int_quant: Module,
-            quantize_zero_point: bool,
-            zero_point_stats_impl: Module,
-            zero_point_shape: Tuple[int, ...],
-            zero_point_stats_input_view_shape_impl: Module,
-            zero_point_stats_momentum: Optional[float] = DEFAULT_MOMENTUM,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        collect_stats_steps: int,
+        int_quant: Module,
+        quantize_zero_point: bool,
+        zero_point_stats_impl: Module,
+        zero_point_shape: Tuple[int, ...],
+        zero_point_stats_input_view_shape_impl: Module,
+        zero_point_stats_momentum: Optional[float] = DEFAULT_MOMENTUM,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         collect_stats_steps = checked_collect_stats_steps(owner, collect_stats_steps)
         zero_point_shape = checked_stats_args(
-            owner, "zero_point", zero_point_stats_impl, zero_point_stats_input_view_shape_impl,
-            zero_point_shape)
+            owner,
+            "zero_point",
+            zero_point_stats_impl,
+            zero_point_stats_input_view_shape_impl,
+            zero_point_shape,
+        )
         zero_point_stats_momentum = checked_momentum(
-            owner, "zero_point_stats_momentum", zero_point_stats_momentum)
+            owner, "zero_point_stats_momentum", zero_point_stats_momentum
+        )
         # buffer and value start at 0: the first batch and the initialisation add in.
-        hold_warmup_state(self, collect_stats_steps, zero_point_stats_momentum, zero_point_shape,
-                          0.0, dtype, device)
+        hold_warmup_state(
+            self,
+            collect_stats_steps,
+            zero_point_stats_momentum,
+            zero_point_shape,
+            0.0,
+            dtype,
+            device,
+        )
         self.zero_point_shape = zero_point_shape
         self.stats_input_view_shape_impl = zero_point_stats_input_view_shape_impl
         self.zero_point_stats_impl = zero_point_stats_impl
@@ -240,7 +277,8 @@ class ParameterFromRuntimeZeroPoint(WarmupValueStateDict, jit.ScriptModule):
                 inplace_tensor_add(self.buffer, stats.detach())
             else:
                 inplace_momentum_update(
-                    self.buffer, stats.detach(), self.momentum, self.counter, new_counter)
+                    self.buffer, stats.detach(), self.momentum, self.counter, new_counter
+                )
             self.counter = new_counter
             # value is not used during the warm-up: link it so DDP sees it used.
             return zero_grad_link(stats, self.value)
@@ -266,26 +304,38 @@ class ParameterFromStatsFromParameterZeroPoint(LazyInitValueStateDict, jit.Scrip
     state_dict once initialised, and loading it marks the block initialised."""
 
     def __init__(
-            self,
-            int_quant: Module,
-            quantize_zero_point: bool,
-            zero_point_stats_input_view_shape_impl: Module,
-            zero_point_stats_input_concat_dim: int,
-            zero_point_stats_impl: Module,
-            zero_point_shape: Tuple[int, ...],
-            tracked_parameter_list: List[torch.nn.Parameter],
-            zero_point_affine_rescaling_init: Optional[float] = None,
-            zero_point_affine_shifting_init: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        int_quant: Module,
+        quantize_zero_point: bool,
+        zero_point_stats_input_view_shape_impl: Module,
+        zero_point_stats_input_concat_dim: int,
+        zero_point_stats_impl: Module,
+        zero_point_shape: Tuple[int, ...],
+        tracked_parameter_list: List[torch.nn.Parameter],
+        zero_point_affine_rescaling_init: Optional[float] = None,
+        zero_point_affine_shifting_init: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.parameter_list_stats, zero_point_shape = tracked_parameter_stats(
-            owner, "zero_point", zero_point_stats_impl, zero_point_stats_input_view_shape_impl,
-            zero_point_stats_input_concat_dim, zero_point_shape, tracked_parameter_list)
+            owner,
+            "zero_point",
+            zero_point_stats_impl,
+            zero_point_stats_input_view_shape_impl,
+            zero_point_stats_input_concat_dim,
+            zero_point_shape,
+            tracked_parameter_list,
+        )
         self.affine_rescaling = _affine_rescaling(
-            owner, zero_point_shape, zero_point_affine_rescaling_init,
-            zero_point_affine_shifting_init, dtype, device)
+            owner,
+            zero_point_shape,
+            zero_point_affine_rescaling_init,
+            zero_point_affine_shifting_init,
+            dtype,
+            device,
+        )
         self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
         # value starts at 0: initialisation adds the statistic in.
         hold_lazy_init_state(self, zero_point_shape, 0.0, dtype, device)

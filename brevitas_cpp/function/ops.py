@@ -22,7 +22,9 @@ def _python_flag(flag: Union[bool, Tensor]) -> Optional[bool]:
     return None
 
 
-def max_int(signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_width: Tensor) -> Tensor:
+def max_int(
+    signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_width: Tensor
+) -> Tensor:
     """Largest integer of the range: 2^(b-1)-1 signed, 2^b-1 unsigned (2^b-2 narrow)."""
     s_flag, n_flag = _python_flag(signed), _python_flag(narrow_range)
     if s_flag is not None:
@@ -39,7 +41,9 @@ def max_int(signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_
     return torch.where(s, (2 ** (bit_width - 1)) - 1, unsigned)
 
 
-def min_int(signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_width: Tensor) -> Tensor:
+def min_int(
+    signed: Union[bool, Tensor], narrow_range: Union[bool, Tensor], bit_width: Tensor
+) -> Tensor:
     """Smallest integer of the range: -2^(b-1) signed (-2^(b-1)+1 narrow), 0 unsigned."""
     s_flag, n_flag = _python_flag(signed), _python_flag(narrow_range)
     if s_flag is not None:

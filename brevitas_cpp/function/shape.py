@@ -60,8 +60,9 @@ def accumulator_channel_dim(is_linear: bool) -> int:
     return -1 if is_linear else 1
 
 
-def accumulator_scale(input_scale: Tensor, weight_scale: Tensor, ndim: int,
-                      channel_dim: int) -> Optional[Tensor]:
+def accumulator_scale(
+    input_scale: Tensor, weight_scale: Tensor, ndim: int, channel_dim: int
+) -> Optional[Tensor]:
     """The scale of a weight layer's accumulator, input scale x weight scale, both viewed along
     the output's channel dim (an output of rank ndim); None when the two do not broadcast (e.g.
     a per-input-channel input scale)."""

@@ -36,7 +36,9 @@ class AutoName(str, Enum):
             if member == value:
                 return member
         accepted = ", ".join(m.value for m in cls)
-        raise ValueError(f"{value!r} is not a valid {cls.__name__}; accepted (case-insensitive): {accepted}")
+        raise ValueError(
+            f"{value!r} is not a valid {cls.__name__}; accepted (case-insensitive): {accepted}"
+        )
 
 
 class BitWidthImplType(AutoName):

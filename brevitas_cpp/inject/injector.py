@@ -69,7 +69,8 @@ class _Resolution:
             return MissingDependencyError(
                 f"{quantizer!r} can not resolve attribute {name!r} while building "
                 f"{self.building[-1]!r} ({chain}); define {name!r} on {quantizer} or pass it "
-                f"as a keyword argument")
+                f"as a keyword argument"
+            )
         return MissingDependencyError(f"{quantizer!r} can not resolve attribute {name!r}")
 
     def get(self, name: str) -> Any:
@@ -85,7 +86,8 @@ class _Resolution:
                 cycle = " -> ".join(self.building + [name])
                 raise DependencyError(
                     f"{self.injector.__name__!r} has a circular dependency: {cycle} (through "
-                    f"a @value that returns a class or a this-reference)")
+                    f"a @value that returns a class or a this-reference)"
+                )
             marker, factory, args, required = spec
             if inspect.isclass(factory) and required > 0:
                 required -= 1  # dependencies counts __init__'s self among the required
@@ -103,9 +105,12 @@ class _Resolution:
                 self.building.pop()
                 active.discard(key)
             # A @value that returns a class means "inject an instance of this class".
-            if (marker != nested_injector and inspect.isclass(result)
-                    and not isinstance(result, _InjectorTypeType)
-                    and not name.endswith("_class")):
+            if (
+                marker != nested_injector
+                and inspect.isclass(result)
+                and not isinstance(result, _InjectorTypeType)
+                and not name.endswith("_class")
+            ):
                 self.replaced[name] = _make_init_spec(result)
                 continue
             # A @value that returns this.<name> means "use that attribute".
@@ -117,7 +122,6 @@ class _Resolution:
 
 
 class _ExtendedInjectorType(_InjectorType):
-
     def __new__(mcs, class_name, bases, namespace):
         if not bases:
             namespace["__dependencies__"] = {}
@@ -150,8 +154,11 @@ class _ExtendedInjectorType(_InjectorType):
 
     def __getattr__(cls, attrname: str) -> Any:
         __tracebackhide__ = True
-        if (attrname.startswith("__") and attrname.endswith("__")
-                and attrname not in cls.__dependencies__):
+        if (
+            attrname.startswith("__")
+            and attrname.endswith("__")
+            and attrname not in cls.__dependencies__
+        ):
             # Protocol probes (copy, pickle, typing) must not trigger injection.
             raise AttributeError(attrname)
         return _Resolution(cls).get(attrname)
@@ -162,14 +169,22 @@ def _no_instances(self, *args, **kwargs):
 
 
 ExtendedInjector = _ExtendedInjectorType(
-    "ExtendedInjector", (), {
+    "ExtendedInjector",
+    (),
+    {
         "__init__": _no_instances,
         "__doc__": __doc__,
         "let": classmethod(let),
-    })
+    },
+)
 BaseInjector = ExtendedInjector  # Brevitas's older name
 
 __all__ = [
-    "BaseInjector", "DependencyError", "ExtendedInjector", "Injector", "MissingDependencyError",
-    "this", "value",
+    "BaseInjector",
+    "DependencyError",
+    "ExtendedInjector",
+    "Injector",
+    "MissingDependencyError",
+    "this",
+    "value",
 ]

@@ -9,14 +9,22 @@ from typing import Optional
 
 from torch import nn
 
-from brevitas_cpp.nn.quant_layer import ActQuantType
-from brevitas_cpp.nn.quant_layer import QuantNonLinearActLayer
-from brevitas_cpp.quant import Int8ActPerTensorFloat
-from brevitas_cpp.quant import Int8ActPerTensorFloatMinMaxInit
-from brevitas_cpp.quant import Uint8ActPerTensorFloat
+from brevitas_cpp.nn.quant_layer import ActQuantType, QuantNonLinearActLayer
+from brevitas_cpp.quant import (
+    Int8ActPerTensorFloat,
+    Int8ActPerTensorFloatMinMaxInit,
+    Uint8ActPerTensorFloat,
+)
 
-__all__ = ["QuantReLU", "QuantSigmoid", "QuantTanh", "QuantHardTanh", "QuantIdentity", "Sigmoid",
-           "Tanh"]
+__all__ = [
+    "QuantReLU",
+    "QuantSigmoid",
+    "QuantTanh",
+    "QuantHardTanh",
+    "QuantIdentity",
+    "Sigmoid",
+    "Tanh",
+]
 
 
 class Sigmoid(nn.Sigmoid):
@@ -40,11 +48,12 @@ class QuantReLU(QuantNonLinearActLayer):
     ReLU is a passthrough activation: a QuantTensor input keeps its scale when act_quant=None."""
 
     def __init__(
-            self,
-            act_quant: Optional[ActQuantType] = Uint8ActPerTensorFloat,
-            input_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            **kwargs) -> None:
+        self,
+        act_quant: Optional[ActQuantType] = Uint8ActPerTensorFloat,
+        input_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        **kwargs,
+    ) -> None:
         QuantNonLinearActLayer.__init__(
             self,
             act_impl=nn.ReLU,
@@ -52,18 +61,20 @@ class QuantReLU(QuantNonLinearActLayer):
             input_quant=input_quant,
             act_quant=act_quant,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )
 
 
 class QuantSigmoid(QuantNonLinearActLayer):
     """Sigmoid followed by unsigned 8-bit quantization with a learned per-tensor scale."""
 
     def __init__(
-            self,
-            act_quant: Optional[ActQuantType] = Uint8ActPerTensorFloat,
-            input_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            **kwargs) -> None:
+        self,
+        act_quant: Optional[ActQuantType] = Uint8ActPerTensorFloat,
+        input_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        **kwargs,
+    ) -> None:
         QuantNonLinearActLayer.__init__(
             self,
             act_impl=Sigmoid,
@@ -71,18 +82,20 @@ class QuantSigmoid(QuantNonLinearActLayer):
             input_quant=input_quant,
             act_quant=act_quant,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )
 
 
 class QuantTanh(QuantNonLinearActLayer):
     """Tanh followed by signed 8-bit quantization with a learned per-tensor scale."""
 
     def __init__(
-            self,
-            act_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
-            input_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            **kwargs) -> None:
+        self,
+        act_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
+        input_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        **kwargs,
+    ) -> None:
         QuantNonLinearActLayer.__init__(
             self,
             act_impl=Tanh,
@@ -90,7 +103,8 @@ class QuantTanh(QuantNonLinearActLayer):
             input_quant=input_quant,
             act_quant=act_quant,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )
 
 
 class QuantHardTanh(QuantNonLinearActLayer):
@@ -100,11 +114,12 @@ class QuantHardTanh(QuantNonLinearActLayer):
     act_quant=None it is nn.Hardtanh(min_val, max_val) in float."""
 
     def __init__(
-            self,
-            act_quant: Optional[ActQuantType] = Int8ActPerTensorFloatMinMaxInit,
-            input_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            **kwargs) -> None:
+        self,
+        act_quant: Optional[ActQuantType] = Int8ActPerTensorFloatMinMaxInit,
+        input_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        **kwargs,
+    ) -> None:
         # Without a quantizer the bounds can only come from the keywords; the injector would
         # otherwise fail deep inside with "can not resolve 'signed'".
         if act_quant is None and "min_val" not in kwargs and "signed" not in kwargs:
@@ -112,7 +127,8 @@ class QuantHardTanh(QuantNonLinearActLayer):
                 "QuantHardTanh: with act_quant=None the layer is the float "
                 "nn.Hardtanh(min_val, max_val) and needs its bounds as keywords, e.g. "
                 "QuantHardTanh(act_quant=None, min_val=-1.0, max_val=1.0); got keywords "
-                f"{sorted(kwargs)}")
+                f"{sorted(kwargs)}"
+            )
         QuantNonLinearActLayer.__init__(
             self,
             act_impl=nn.Hardtanh,
@@ -120,7 +136,8 @@ class QuantHardTanh(QuantNonLinearActLayer):
             input_quant=input_quant,
             act_quant=act_quant,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )
 
 
 class QuantIdentity(QuantNonLinearActLayer):
@@ -128,10 +145,11 @@ class QuantIdentity(QuantNonLinearActLayer):
     network, or a requantization point between layers."""
 
     def __init__(
-            self,
-            act_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
-            return_quant_tensor: bool = False,
-            **kwargs) -> None:
+        self,
+        act_quant: Optional[ActQuantType] = Int8ActPerTensorFloat,
+        return_quant_tensor: bool = False,
+        **kwargs,
+    ) -> None:
         QuantNonLinearActLayer.__init__(
             self,
             input_quant=None,
@@ -139,4 +157,5 @@ class QuantIdentity(QuantNonLinearActLayer):
             passthrough_act=True,
             act_quant=act_quant,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )

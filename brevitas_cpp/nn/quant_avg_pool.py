@@ -14,25 +14,21 @@ from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch.nn import AdaptiveAvgPool2d
-from torch.nn import AvgPool2d
+from torch.nn import AdaptiveAvgPool2d, AvgPool2d
 from torch.nn import functional as F
 
-from brevitas_cpp.nn.mixin.acc import AccQuantType
-from brevitas_cpp.nn.mixin.acc import TruncMixin
+from brevitas_cpp.nn.mixin.acc import AccQuantType, TruncMixin
 from brevitas_cpp.nn.mixin.base import QuantLayerMixin
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.proxy.utils import _CachedIO
 from brevitas_cpp.quant import RoundTo8bit
-from brevitas_cpp.quant_tensor import _unpack_quant_tensor
-from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
+from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 from brevitas_cpp.quant_tensor.int_torch_handler import compute_adaptive_kernel_size_stride
 
 __all__ = ["TruncAvgPool2d", "TruncAdaptiveAvgPool2d"]
 
 
-def _input_to_requantize(layer: TruncMixin,
-                         x: Union[Tensor, QuantTensor]) -> Optional[QuantTensor]:
+def _input_to_requantize(layer: TruncMixin, x: Union[Tensor, QuantTensor]) -> Optional[QuantTensor]:
     """The QuantTensor whose pooling the layer requantizes, or None for plain float pooling.
     With cache_inference_quant_act set, a quantized input's metadata is kept (in cache_class,
     Brevitas's name) so that later plain tensors, e.g. QuantTensors decayed to tensors in a
@@ -52,21 +48,28 @@ def _check_scriptable(layer: TruncMixin) -> None:
     """Scripted, these layers are the float pooling: truncation needs an IntQuantTensor."""
     if layer.is_trunc_quant_enabled:
         raise script_error(
-            layer, "truncation (trunc_quant) requantizes an IntQuantTensor input", "Trace the "
+            layer,
+            "truncation (trunc_quant) requantizes an IntQuantTensor input",
+            "Trace the "
             "model instead, or build the layer with trunc_quant=None and "
-            "return_quant_tensor=False (plain float pooling).")
+            "return_quant_tensor=False (plain float pooling).",
+        )
     if layer.cache_class is not None:
         raise script_error(
-            layer, "it cached a quantized input's metadata (cache_inference_quant_act) to read "
-            "plain tensors on that grid", "Trace the model instead.")
+            layer,
+            "it cached a quantized input's metadata (cache_inference_quant_act) to read "
+            "plain tensors on that grid",
+            "Trace the model instead.",
+        )
 
 
 class _TruncAvgPoolBase(TruncMixin, QuantLayerMixin):
     """What the truncating poolings share: the forward (pool, then requantize the accumulator)
     and the inference cache of a quantized input's metadata. Subclasses define _pool."""
 
-    def _init_trunc_avg_pool(self, trunc_quant: Optional[AccQuantType],
-                             return_quant_tensor: bool, **kwargs) -> None:
+    def _init_trunc_avg_pool(
+        self, trunc_quant: Optional[AccQuantType], return_quant_tensor: bool, **kwargs
+    ) -> None:
         QuantLayerMixin.__init__(self, return_quant_tensor)
         TruncMixin.__init__(self, trunc_quant=trunc_quant, **kwargs)
         self.cache_inference_quant_act = False
@@ -112,22 +115,24 @@ class TruncAvgPool2d(_TruncAvgPoolBase, AvgPool2d):
     (e.g. ``bit_width=4``)."""
 
     def __init__(
-            self,
-            kernel_size: Union[int, Tuple[int, int]],
-            stride: Optional[Union[int, Tuple[int, int]]] = None,
-            ceil_mode: bool = False,
-            count_include_pad: bool = True,
-            divisor_override: Optional[int] = None,
-            trunc_quant: Optional[AccQuantType] = RoundTo8bit,
-            return_quant_tensor: bool = True,
-            **kwargs) -> None:
+        self,
+        kernel_size: Union[int, Tuple[int, int]],
+        stride: Optional[Union[int, Tuple[int, int]]] = None,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: Optional[int] = None,
+        trunc_quant: Optional[AccQuantType] = RoundTo8bit,
+        return_quant_tensor: bool = True,
+        **kwargs,
+    ) -> None:
         AvgPool2d.__init__(
             self,
             kernel_size=kernel_size,
             stride=stride,
             ceil_mode=ceil_mode,
             count_include_pad=count_include_pad,
-            divisor_override=divisor_override)
+            divisor_override=divisor_override,
+        )
         self._init_trunc_avg_pool(trunc_quant, return_quant_tensor, **kwargs)
 
     @property
@@ -139,8 +144,15 @@ class TruncAvgPool2d(_TruncAvgPoolBase, AvgPool2d):
         return self.kernel_size * self.kernel_size
 
     def _pool(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+        return F.avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
 
 
 class TruncAdaptiveAvgPool2d(_TruncAvgPoolBase, AdaptiveAvgPool2d):
@@ -149,11 +161,12 @@ class TruncAdaptiveAvgPool2d(_TruncAvgPoolBase, AdaptiveAvgPool2d):
     input/output conventions as TruncAvgPool2d."""
 
     def __init__(
-            self,
-            output_size: Union[int, Tuple[int, int]],
-            trunc_quant: Optional[AccQuantType] = RoundTo8bit,
-            return_quant_tensor: bool = True,
-            **kwargs) -> None:
+        self,
+        output_size: Union[int, Tuple[int, int]],
+        trunc_quant: Optional[AccQuantType] = RoundTo8bit,
+        return_quant_tensor: bool = True,
+        **kwargs,
+    ) -> None:
         AdaptiveAvgPool2d.__init__(self, output_size=output_size)
         self._init_trunc_avg_pool(trunc_quant, return_quant_tensor, **kwargs)
 

@@ -19,8 +19,9 @@ __all__ = ["BatchNorm1dToQuantScaleBias", "BatchNorm2dToQuantScaleBias"]
 class _BatchNormToQuantScaleBias(QuantScaleBias):
     """Loads either its own state_dict or a batch norm's (folded at load time)."""
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         weight_key = prefix + "weight"
         bias_key = prefix + "bias"
         running_mean_key = prefix + "running_mean"
@@ -36,12 +37,14 @@ class _BatchNormToQuantScaleBias(QuantScaleBias):
             beta = torch.zeros_like(mean) if beta is None else beta
             state_dict.pop(num_batches_tracked_key, None)
             weight_init, bias_init = mul_add_from_bn(
-                bn_mean=mean, bn_var=var, bn_eps=self.eps, bn_weight=gamma, bn_bias=beta)
+                bn_mean=mean, bn_var=var, bn_eps=self.eps, bn_weight=gamma, bn_bias=beta
+            )
             with torch.no_grad():
                 self.weight.copy_(weight_init)
                 self.bias.copy_(bias_init)
         super(_BatchNormToQuantScaleBias, self)._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         # Folded from the statistics, weight and bias are not missing.
         for key in (weight_key, bias_key):
             if key in missing_keys and (folded or config.IGNORE_MISSING_KEYS):
@@ -54,15 +57,16 @@ class BatchNorm1dToQuantScaleBias(_BatchNormToQuantScaleBias):
     """A BatchNorm1d over [N, C, L] inputs as a quantized per-channel affine."""
 
     def __init__(
-            self,
-            num_features,
-            eps: float = 1e-5,
-            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
-            bias_quant: Optional[BiasQuantType] = None,
-            input_quant: Optional[ActQuantType] = None,
-            output_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            **kwargs):
+        self,
+        num_features,
+        eps: float = 1e-5,
+        weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+        bias_quant: Optional[BiasQuantType] = None,
+        input_quant: Optional[ActQuantType] = None,
+        output_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        **kwargs,
+    ):
         super(BatchNorm1dToQuantScaleBias, self).__init__(
             num_features,
             bias=True,
@@ -72,7 +76,8 @@ class BatchNorm1dToQuantScaleBias(_BatchNormToQuantScaleBias):
             input_quant=input_quant,
             output_quant=output_quant,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )
         self.eps = eps
 
 
@@ -80,15 +85,16 @@ class BatchNorm2dToQuantScaleBias(_BatchNormToQuantScaleBias):
     """A BatchNorm2d over [N, C, H, W] inputs as a quantized per-channel affine."""
 
     def __init__(
-            self,
-            num_features,
-            eps: float = 1e-5,
-            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
-            bias_quant: Optional[BiasQuantType] = None,
-            input_quant: Optional[ActQuantType] = None,
-            output_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            **kwargs):
+        self,
+        num_features,
+        eps: float = 1e-5,
+        weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+        bias_quant: Optional[BiasQuantType] = None,
+        input_quant: Optional[ActQuantType] = None,
+        output_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        **kwargs,
+    ):
         super(BatchNorm2dToQuantScaleBias, self).__init__(
             num_features,
             bias=True,
@@ -98,5 +104,6 @@ class BatchNorm2dToQuantScaleBias(_BatchNormToQuantScaleBias):
             input_quant=input_quant,
             output_quant=output_quant,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )
         self.eps = eps

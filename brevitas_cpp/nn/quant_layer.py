@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.nn import Module
 
 from brevitas_cpp.proxy.script import QuantTuple, quant_operand, script_error
-from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
+from brevitas_cpp.quant_tensor import QuantTensor
 
 from .mixin import (
     ActQuantType,
@@ -48,8 +48,9 @@ __all__ = [
 ]
 
 
-def act_quant_dtype_device(layer: Any, kwargs: Dict[str, Any], dtype: Optional[torch.dtype],
-                           device: Any) -> Dict[str, Any]:
+def act_quant_dtype_device(
+    layer: Any, kwargs: Dict[str, Any], dtype: Optional[torch.dtype], device: Any
+) -> Dict[str, Any]:
     """kwargs plus the layer's device, and its dtype when narrower than float32, for the input and
     output quantizers (unless set explicitly). Their scales otherwise start as float32 on the
     default device, and a float32 scale turns a float16 activation into float32, which the float16
@@ -70,13 +71,14 @@ class QuantNonLinearActLayer(QuantNonLinearActMixin, QuantInputMixin, QuantLayer
     configure act_quant, ``input_*`` ones input_quant."""
 
     def __init__(
-            self,
-            act_impl: Optional[Type[Module]],
-            passthrough_act: bool,
-            input_quant: Optional[ActQuantType],
-            act_quant: Optional[ActQuantType],
-            return_quant_tensor: bool,
-            **kwargs):
+        self,
+        act_impl: Optional[Type[Module]],
+        passthrough_act: bool,
+        input_quant: Optional[ActQuantType],
+        act_quant: Optional[ActQuantType],
+        return_quant_tensor: bool,
+        **kwargs,
+    ):
         Module.__init__(self)
         QuantLayerMixin.__init__(self, return_quant_tensor)
         QuantInputMixin.__init__(self, input_quant, **kwargs)
@@ -90,16 +92,19 @@ class QuantNonLinearActLayer(QuantNonLinearActMixin, QuantInputMixin, QuantLayer
     def forward(self, input: Tensor):
         as_quant_tensor = self._wants_quant_tensor(input)
         quant_input = self.input_quant.quantize(input, as_quant_tensor)
-        quant_output = self.act_quant.quantize(quant_operand(quant_input, as_quant_tensor),
-                                               as_quant_tensor)
+        quant_output = self.act_quant.quantize(
+            quant_operand(quant_input, as_quant_tensor), as_quant_tensor
+        )
         return self._layer_output(quant_output)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         # Checkpoints of older Brevitas versions name the proxy act_quant_proxy.
         rename_state_dict_by_prefix(prefix + "act_quant_proxy", prefix + "act_quant", state_dict)
         super(QuantNonLinearActLayer, self)._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
 
 class QuantInputOutputLayer(QuantOutputMixin, QuantInputMixin, QuantLayerMixin):
@@ -107,12 +112,13 @@ class QuantInputOutputLayer(QuantOutputMixin, QuantInputMixin, QuantLayerMixin):
     one of input_quant/output_quant may then be enabled)."""
 
     def __init__(
-            self,
-            input_quant: Optional[ActQuantType],
-            output_quant: Optional[ActQuantType],
-            tie_input_output_quant: bool,
-            return_quant_tensor: bool,
-            **kwargs):
+        self,
+        input_quant: Optional[ActQuantType],
+        output_quant: Optional[ActQuantType],
+        tie_input_output_quant: bool,
+        return_quant_tensor: bool,
+        **kwargs,
+    ):
         QuantLayerMixin.__init__(self, return_quant_tensor)
         QuantInputMixin.__init__(self, input_quant, **kwargs)
         QuantOutputMixin.__init__(self, output_quant, **kwargs)
@@ -121,7 +127,8 @@ class QuantInputOutputLayer(QuantOutputMixin, QuantInputMixin, QuantLayerMixin):
             if self.input_quant.is_quant_enabled and self.output_quant.is_quant_enabled:
                 raise ValueError(
                     f"{type(self).__name__}: tie_input_output_quant=True needs exactly one of "
-                    f"input_quant and output_quant enabled, but both are")
+                    f"input_quant and output_quant enabled, but both are"
+                )
             if self.input_quant.is_quant_enabled:
                 self.output_quant = self.input_quant
             elif self.output_quant.is_quant_enabled:
@@ -134,15 +141,16 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
     ``output_channel_dim``."""
 
     def __init__(
-            self,
-            weight_quant: Optional[WeightQuantType],
-            bias_quant: Optional[BiasQuantType],
-            input_quant: Optional[ActQuantType],
-            output_quant: Optional[ActQuantType],
-            return_quant_tensor: bool,
-            device: Optional[torch.device] = None,
-            dtype: Optional[torch.dtype] = None,
-            **kwargs):
+        self,
+        weight_quant: Optional[WeightQuantType],
+        bias_quant: Optional[BiasQuantType],
+        input_quant: Optional[ActQuantType],
+        output_quant: Optional[ActQuantType],
+        return_quant_tensor: bool,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+        **kwargs,
+    ):
         # device/dtype: those the subclass built its float layer with, for the activation
         # quantizers too (the weight and bias quantizers follow the parameters).
         kwargs = act_quant_dtype_device(self, kwargs, dtype, device)
@@ -152,15 +160,19 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
             output_quant,
             tie_input_output_quant=False,
             return_quant_tensor=return_quant_tensor,
-            **kwargs)
+            **kwargs,
+        )
         QuantWeightMixin.__init__(self, weight_quant, **kwargs)
         QuantBiasMixin.__init__(self, bias_quant, **kwargs)
         # Set by model-loading code: accept a checkpoint bias for a layer built without one.
         self._quant_load_model_mode = False
 
-    def inner_forward_impl(self, x: Union[Tensor, QuantTensor], quant_weight: Union[Tensor,
-                                                                                   QuantTensor],
-                           quant_bias: Optional[Union[Tensor, QuantTensor]]):
+    def inner_forward_impl(
+        self,
+        x: Union[Tensor, QuantTensor],
+        quant_weight: Union[Tensor, QuantTensor],
+        quant_bias: Optional[Union[Tensor, QuantTensor]],
+    ):
         raise NotImplementedError(f"{type(self).__name__} does not define inner_forward_impl")
 
     @property
@@ -174,29 +186,42 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
 
     def __prepare_scriptable__(self) -> "QuantWeightBiasInputOutputLayer":
         bias_quant = self.bias_quant
-        if (self.bias is not None and bias_quant.is_quant_enabled
-                and bias_quant.requires_input_scale):
+        if (
+            self.bias is not None
+            and bias_quant.is_quant_enabled
+            and bias_quant.requires_input_scale
+        ):
             # Between scripted layers inputs are plain Tensors: the input scale can only come
             # from the layer's own input quantizer.
             if not self.input_quant.is_quant_enabled:
                 raise script_error(
-                    self, f"bias_quant={bias_quant.quant_injector.__name__} takes its scale from "
-                    f"the input scale, and the layer has no input quantizer", "Quantize the "
-                    f"layer's input (input_quant=...), or use a bias quantizer with its own scale "
-                    f"(e.g. Int8BiasPerTensorFloatInternalScaling).")
+                    self,
+                    f"bias_quant={bias_quant.quant_injector.__name__} takes its scale from "
+                    f"the input scale, and the layer has no input quantizer",
+                    "Quantize the "
+                    "layer's input (input_quant=...), or use a bias quantizer with its own scale "
+                    "(e.g. Int8BiasPerTensorFloatInternalScaling).",
+                )
             if not self.weight_quant.is_quant_enabled:
                 raise script_error(
-                    self, f"bias_quant={bias_quant.quant_injector.__name__} takes its scale from "
-                    f"the weight scale, and the weight is not quantized", "Quantize the weight, "
-                    f"or use a bias quantizer with its own scale.")
+                    self,
+                    f"bias_quant={bias_quant.quant_injector.__name__} takes its scale from "
+                    f"the weight scale, and the weight is not quantized",
+                    "Quantize the weight, or use a bias quantizer with its own scale.",
+                )
         return super().__prepare_scriptable__()
 
     # input: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
     def forward(self, input: Tensor):
         return self.forward_impl(input)
 
-    def _float_op(self, x: Tensor, quant_weight: Tensor, quant_bias: Optional[Tensor],
-                  output_size: Optional[List[int]]) -> Tensor:
+    def _float_op(
+        self,
+        x: Tensor,
+        quant_weight: Tensor,
+        quant_bias: Optional[Tensor],
+        output_size: Optional[List[int]],
+    ) -> Tensor:
         """inner_forward_impl; transposed convolutions also take output_size."""
         return self.inner_forward_impl(x, quant_weight, quant_bias)
 
@@ -215,10 +240,14 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
         else:
             quant_bias = quant_operand(
                 self.bias_quant.quantize(bias, quant_input, quant_weight, as_quant_tensor),
-                as_quant_tensor)
-        output = self._float_op(quant_operand(quant_input, as_quant_tensor),
-                                quant_operand(quant_weight, as_quant_tensor), quant_bias,
-                                output_size)
+                as_quant_tensor,
+            )
+        output = self._float_op(
+            quant_operand(quant_input, as_quant_tensor),
+            quant_operand(quant_weight, as_quant_tensor),
+            quant_bias,
+            output_size,
+        )
         return self._layer_output(self.output_quant.quantize(output, as_quant_tensor))
 
     def _layer_output(self, quant_output: QuantTuple) -> Tensor:
@@ -228,11 +257,13 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
             raise RuntimeError(
                 f"{type(self).__name__}: return_quant_tensor=True, but there is no quantized "
                 f"output to return: quantize the output (output_quant=...), or both the input "
-                f"(input_quant=... or a QuantTensor input) and the weight")
+                f"(input_quant=... or a QuantTensor input) and the weight"
+            )
         return QuantInputOutputLayer._layer_output(self, quant_output)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         bias_key = prefix + "bias"
         # A checkpoint with a bias for a layer without one comes from bias correction: add a
         # zero bias so it loads (only when model-loading code asks for it).
@@ -241,9 +272,13 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
                 "bias",
                 torch.nn.Parameter(
                     torch.zeros(
-                        self.out_channels, device=self.weight.device, dtype=self.weight.dtype)))
+                        self.out_channels, device=self.weight.device, dtype=self.weight.dtype
+                    )
+                ),
+            )
         super(QuantWeightBiasInputOutputLayer, self)._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
 
 QuantWBIOL = QuantWeightBiasInputOutputLayer

@@ -10,9 +10,8 @@ from torch.nn.functional import linear
 
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
 
-from .quant_layer import ActQuantType, BiasQuantType
+from .quant_layer import ActQuantType, BiasQuantType, WeightQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
-from .quant_layer import WeightQuantType
 
 __all__ = ["QuantLinear"]
 
@@ -22,18 +21,19 @@ class QuantLinear(QuantWBIOL, Linear):
     quantizer None it computes exactly what Linear does."""
 
     def __init__(
-            self,
-            in_features: int,
-            out_features: int,
-            bias: Optional[bool] = True,
-            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
-            bias_quant: Optional[BiasQuantType] = None,
-            input_quant: Optional[ActQuantType] = None,
-            output_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            device: Optional[torch.device] = None,
-            dtype: Optional[torch.dtype] = None,
-            **kwargs) -> None:
+        self,
+        in_features: int,
+        out_features: int,
+        bias: Optional[bool] = True,
+        weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+        bias_quant: Optional[BiasQuantType] = None,
+        input_quant: Optional[ActQuantType] = None,
+        output_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+        **kwargs,
+    ) -> None:
         Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
         QuantWBIOL.__init__(
             self,
@@ -44,7 +44,8 @@ class QuantLinear(QuantWBIOL, Linear):
             return_quant_tensor=return_quant_tensor,
             device=device,
             dtype=dtype,
-            **kwargs)
+            **kwargs,
+        )
 
     @property
     def per_elem_ops(self) -> int:
@@ -62,6 +63,7 @@ class QuantLinear(QuantWBIOL, Linear):
     def channelwise_separable(self) -> bool:
         return False
 
-    def inner_forward_impl(self, x: Tensor, quant_weight: Tensor,
-                           quant_bias: Optional[Tensor]) -> Tensor:
+    def inner_forward_impl(
+        self, x: Tensor, quant_weight: Tensor, quant_bias: Optional[Tensor]
+    ) -> Tensor:
         return linear(x, quant_weight, quant_bias)

@@ -3,18 +3,16 @@ quantized weight (Int8WeightPerTensorFloat by default) and optional bias, input 
 quantization. runtime_shape views the per-channel vectors against the input ((1, -1, 1, 1):
 channels at dim 1 of a 4-d input)."""
 
-from typing import List, Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
 
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
-from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
-from .quant_layer import ActQuantType, BiasQuantType
+from .quant_layer import ActQuantType, BiasQuantType, WeightQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
-from .quant_layer import WeightQuantType
 
 __all__ = ["ScaleBias", "QuantScaleBias"]
 
@@ -30,13 +28,20 @@ class ScaleBias(Module):
     """y = x * weight.view(runtime_shape) + bias.view(runtime_shape); weight starts at ones,
     bias (if any) at zeros."""
 
-    def __init__(self, num_features: int, bias: bool, runtime_shape=(1, -1, 1, 1),
-                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None):
+    def __init__(
+        self,
+        num_features: int,
+        bias: bool,
+        runtime_shape=(1, -1, 1, 1),
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ):
         super(ScaleBias, self).__init__()
         self.num_features = num_features
         self.weight = Parameter(torch.ones(num_features, device=device, dtype=dtype))
-        self.bias = (Parameter(torch.zeros(num_features, device=device, dtype=dtype)) if bias
-                     else None)
+        self.bias = (
+            Parameter(torch.zeros(num_features, device=device, dtype=dtype)) if bias else None
+        )
         self.runtime_shape = runtime_shape
 
     def forward(self, input: Tensor) -> Tensor:
@@ -49,18 +54,19 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
     does."""
 
     def __init__(
-            self,
-            num_features: int,
-            bias: bool,
-            weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
-            bias_quant: Optional[BiasQuantType] = None,
-            input_quant: Optional[ActQuantType] = None,
-            output_quant: Optional[ActQuantType] = None,
-            return_quant_tensor: bool = False,
-            runtime_shape: Tuple[int, ...] = (1, -1, 1, 1),
-            device: Optional[torch.device] = None,
-            dtype: Optional[torch.dtype] = None,
-            **kwargs) -> None:
+        self,
+        num_features: int,
+        bias: bool,
+        weight_quant: Optional[WeightQuantType] = Int8WeightPerTensorFloat,
+        bias_quant: Optional[BiasQuantType] = None,
+        input_quant: Optional[ActQuantType] = None,
+        output_quant: Optional[ActQuantType] = None,
+        return_quant_tensor: bool = False,
+        runtime_shape: Tuple[int, ...] = (1, -1, 1, 1),
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+        **kwargs,
+    ) -> None:
         ScaleBias.__init__(self, num_features, bias, runtime_shape, device=device, dtype=dtype)
         QuantWBIOL.__init__(
             self,
@@ -71,7 +77,8 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
             return_quant_tensor=return_quant_tensor,
             device=device,
             dtype=dtype,
-            **kwargs)
+            **kwargs,
+        )
 
     @property
     def per_elem_ops(self) -> int:
@@ -97,8 +104,9 @@ class QuantScaleBias(QuantWBIOL, ScaleBias):
         quant_bias = self.bias is not None and self.bias_quant.is_quant_enabled
         return QuantWBIOL._wants_quant_tensor(self, inp) or quant_bias
 
-    def inner_forward_impl(self, input: Tensor, quant_weight: Tensor,
-                           quant_bias: Optional[Tensor]) -> Tensor:
+    def inner_forward_impl(
+        self, input: Tensor, quant_weight: Tensor, quant_bias: Optional[Tensor]
+    ) -> Tensor:
         shape = list(self.runtime_shape)
         if quant_bias is None:
             return _biased_mul(input, quant_weight.view(shape), None)

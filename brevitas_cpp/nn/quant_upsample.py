@@ -9,9 +9,7 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch.nn import Upsample
-from torch.nn import UpsamplingBilinear2d
-from torch.nn import UpsamplingNearest2d
+from torch.nn import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 from torch.nn.functional import interpolate
 
 from brevitas_cpp.function import round_ste
@@ -22,8 +20,9 @@ from brevitas_cpp.quant_tensor import QuantTensor
 __all__ = ["QuantUpsample", "QuantUpsamplingBilinear2d", "QuantUpsamplingNearest2d"]
 
 
-def _upsample(layer: Upsample, x: Union[Tensor, QuantTensor],
-              round_to_grid: bool) -> Union[Tensor, QuantTensor]:
+def _upsample(
+    layer: Upsample, x: Union[Tensor, QuantTensor], round_to_grid: bool
+) -> Union[Tensor, QuantTensor]:
     """Interpolate x's value as the torch layer would; with round_to_grid, snap the result to
     x's scale (straight-through rounding, so gradients flow as through the interpolation)."""
     if round_to_grid and not isinstance(x, QuantTensor):
@@ -31,7 +30,8 @@ def _upsample(layer: Upsample, x: Union[Tensor, QuantTensor],
             f"{type(layer).__name__}: mode={layer.mode!r} interpolates between quantization "
             f"levels and rounds the result back to the input's scale, so the input must be a "
             f"QuantTensor (e.g. the output of a quant layer with return_quant_tensor=True); got "
-            f"{type(x).__name__}. mode='nearest' accepts plain tensors")
+            f"{type(x).__name__}. mode='nearest' accepts plain tensors"
+        )
     value = x.value if isinstance(x, QuantTensor) else x
     y_value = interpolate(value, layer.size, layer.scale_factor, layer.mode, layer.align_corners)
     if not isinstance(x, QuantTensor):
@@ -42,10 +42,13 @@ def _upsample(layer: Upsample, x: Union[Tensor, QuantTensor],
 
 
 def _check_scriptable(layer: Upsample) -> None:
-    if layer.mode != 'nearest':
+    if layer.mode != "nearest":
         raise script_error(
-            layer, f"mode={layer.mode!r} rounds the interpolation to the input's scale, which "
-            f"needs a QuantTensor input", "Trace the model instead; mode='nearest' scripts.")
+            layer,
+            f"mode={layer.mode!r} rounds the interpolation to the input's scale, which "
+            f"needs a QuantTensor input",
+            "Trace the model instead; mode='nearest' scripts.",
+        )
 
 
 class _QuantUpsampleBase(QuantLayerMixin):
@@ -70,7 +73,7 @@ class _QuantUpsampleBase(QuantLayerMixin):
             # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
             return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
         x = self.unpack_input(input)
-        return self.pack_output(_upsample(self, x, round_to_grid=self.mode != 'nearest'))
+        return self.pack_output(_upsample(self, x, round_to_grid=self.mode != "nearest"))
 
 
 class QuantUpsample(_QuantUpsampleBase, Upsample):
@@ -78,14 +81,16 @@ class QuantUpsample(_QuantUpsampleBase, Upsample):
     the interpolated values to the input's scale (QuantTensor input required)."""
 
     def __init__(
-            self,
-            size=None,
-            scale_factor=None,
-            mode: str = 'nearest',
-            align_corners: Optional[bool] = None,
-            return_quant_tensor: bool = True) -> None:
+        self,
+        size=None,
+        scale_factor=None,
+        mode: str = "nearest",
+        align_corners: Optional[bool] = None,
+        return_quant_tensor: bool = True,
+    ) -> None:
         Upsample.__init__(
-            self, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners)
+            self, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners
+        )
         QuantLayerMixin.__init__(self, return_quant_tensor)
 
 

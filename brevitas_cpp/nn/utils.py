@@ -29,8 +29,9 @@ def compute_channel_view_shape(tensor: Tensor, channel_dim: int) -> Tuple[int, .
     return tuple(channel_view_shape(tensor.dim(), channel_dim))
 
 
-def mul_add_from_bn(bn_mean: Tensor, bn_var: Tensor, bn_eps: float, bn_weight: Tensor,
-                    bn_bias: Tensor) -> Tuple[Tensor, Tensor]:
+def mul_add_from_bn(
+    bn_mean: Tensor, bn_var: Tensor, bn_eps: float, bn_weight: Tensor, bn_bias: Tensor
+) -> Tuple[Tensor, Tensor]:
     """The per-channel (mul, add) with bn(x) == x * mul + add in eval mode; same operation
     order as Brevitas, so folded weights match it bit for bit."""
     denom = torch.sqrt(bn_var + bn_eps)
@@ -45,15 +46,16 @@ def _bn_affine(bn: Any, layer_name: str) -> Tuple[Tensor, Tensor]:
         raise ValueError(
             f"{layer_name}.merge_bn_in: the batch norm {type(bn).__name__} has no running "
             f"statistics (track_running_stats=False); only a batch norm with running_mean and "
-            f"running_var can be folded")
+            f"running_var can be folded"
+        )
     weight = bn.weight.detach().clone() if bn.weight is not None else torch.ones_like(mean)
     bias = bn.bias.detach().clone() if bn.bias is not None else torch.zeros_like(mean)
-    return mul_add_from_bn(bn_mean=mean, bn_var=var, bn_eps=bn.eps, bn_weight=weight,
-                           bn_bias=bias)
+    return mul_add_from_bn(bn_mean=mean, bn_var=var, bn_eps=bn.eps, bn_weight=weight, bn_bias=bias)
 
 
-def _scale_output_channels(weight: Tensor, mul_factor: Tensor, output_channel_dim: int,
-                           groups: int, layer_name: str) -> None:
+def _scale_output_channels(
+    weight: Tensor, mul_factor: Tensor, output_channel_dim: int, groups: int, layer_name: str
+) -> None:
     """weight *= mul_factor along the output channels, in place."""
     channels = weight.shape[output_channel_dim]
     # A grouped transposed conv's weight is [C_in, C_out / groups, ...]: input channels of group
@@ -63,7 +65,8 @@ def _scale_output_channels(weight: Tensor, mul_factor: Tensor, output_channel_di
     if mul_factor.numel() != out_channels:
         raise ValueError(
             f"{layer_name}.merge_bn_in: the batch norm has {mul_factor.numel()} channels but "
-            f"the layer has {out_channels} output channels")
+            f"the layer has {out_channels} output channels"
+        )
     if grouped:
         per_group = weight.view(groups, weight.shape[0] // groups, *weight.shape[1:])
         per_group.mul_(mul_factor.view(groups, 1, channels, *[1] * (weight.dim() - 2)))
@@ -78,15 +81,21 @@ def merge_bn(layer: Any, bn: Any, output_channel_dim: int = 0) -> None:
     layer_name = type(layer).__name__
     mul_factor, add_factor = _bn_affine(bn, layer_name)
     with torch.no_grad():
-        _scale_output_channels(layer.weight.data, mul_factor.to(layer.weight.dtype),
-                               output_channel_dim, getattr(layer, "groups", 1), layer_name)
+        _scale_output_channels(
+            layer.weight.data,
+            mul_factor.to(layer.weight.dtype),
+            output_channel_dim,
+            getattr(layer, "groups", 1),
+            layer_name,
+        )
         if layer.bias is not None:
             bias = layer.bias.data
             bias.mul_(mul_factor.to(bias.dtype).view(-1))
             bias.add_(add_factor.to(bias.dtype).view(-1))
         else:
             layer.bias = Parameter(
-                add_factor.to(device=layer.weight.device, dtype=layer.weight.dtype))
+                add_factor.to(device=layer.weight.device, dtype=layer.weight.dtype)
+            )
     weight_quant = getattr(layer, "weight_quant", None)
     if isinstance(weight_quant, WeightQuantProxyFromInjectorBase):
         weight_quant.init_tensor_quant()
@@ -95,18 +104,20 @@ def merge_bn(layer: Any, bn: Any, output_channel_dim: int = 0) -> None:
         bias_quant.init_tensor_quant()
 
 
-def rename_state_dict_by_prefix(old_prefix: str, new_prefix: str,
-                                state_dict: Dict[str, Any]) -> None:
+def rename_state_dict_by_prefix(
+    old_prefix: str, new_prefix: str, state_dict: Dict[str, Any]
+) -> None:
     """Rename, in place, the keys that start with old_prefix."""
     for key in [k for k in state_dict if k.startswith(old_prefix)]:
-        state_dict[new_prefix + key[len(old_prefix):]] = state_dict.pop(key)
+        state_dict[new_prefix + key[len(old_prefix) :]] = state_dict.pop(key)
 
 
-def rename_state_dict_by_postfix(old_postfix: str, new_postfix: str,
-                                 state_dict: Dict[str, Any]) -> None:
+def rename_state_dict_by_postfix(
+    old_postfix: str, new_postfix: str, state_dict: Dict[str, Any]
+) -> None:
     """Rename, in place, the keys that end with old_postfix."""
     for key in [k for k in state_dict if k.endswith(old_postfix)]:
-        state_dict[key[:len(key) - len(old_postfix)] + new_postfix] = state_dict.pop(key)
+        state_dict[key[: len(key) - len(old_postfix)] + new_postfix] = state_dict.pop(key)
 
 
 def check_tensors_same_ptr(tensor_list: Iterable[Any]) -> bool:

@@ -37,13 +37,11 @@ __all__ = [
 
 @runtime_checkable
 class WeightQuantProxyProtocol(QuantProxyProtocol, Protocol):
+    def forward(self, x: torch.Tensor) -> QuantTensor: ...
 
-    def forward(self, x: torch.Tensor) -> QuantTensor:
-        ...
-
-    def quantize(self, x: Tensor, quant_input: Optional[QuantTuple] = None,
-                 as_quant_tensor: bool = False) -> QuantTuple:
-        ...
+    def quantize(
+        self, x: Tensor, quant_input: Optional[QuantTuple] = None, as_quant_tensor: bool = False
+    ) -> QuantTuple: ...
 
 
 @runtime_checkable
@@ -51,13 +49,16 @@ class BiasQuantProxyProtocol(QuantProxyProtocol, Protocol):
     requires_input_scale: bool
 
     def forward(
-            self, x: Tensor, input_scale: Optional[Tensor],
-            input_bit_width: Optional[Tensor]) -> QuantTensor:
-        ...
+        self, x: Tensor, input_scale: Optional[Tensor], input_bit_width: Optional[Tensor]
+    ) -> QuantTensor: ...
 
-    def quantize(self, x: Tensor, quant_input: QuantTuple, quant_weight: QuantTuple,
-                 as_quant_tensor: bool = False) -> QuantTuple:
-        ...
+    def quantize(
+        self,
+        x: Tensor,
+        quant_input: QuantTuple,
+        quant_weight: QuantTuple,
+        as_quant_tensor: bool = False,
+    ) -> QuantTuple: ...
 
 
 def _layer_names(modules: List[nn.Module]) -> str:
@@ -99,10 +100,9 @@ class ParameterQuantProxyFromInjector(QuantProxyFromInjector):
         return max_int(False, self.is_narrow_range, bit_width)
 
 
-class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
-                                       WeightQuantProxyProtocol,
-                                       ABC):
-
+class WeightQuantProxyFromInjectorBase(
+    ParameterQuantProxyFromInjector, WeightQuantProxyProtocol, ABC
+):
     def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
         super().__init__(quant_layer, quant_injector)
         self._cached_weight = None
@@ -151,8 +151,11 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
 
     def __prepare_scriptable__(self) -> "WeightQuantProxyFromInjectorBase":
         if self.requires_quant_input:
-            raise script_error(self, "the weight quantizer needs the quantized input",
-                               "Use a weight quantizer that does not (requires_quant_input).")
+            raise script_error(
+                self,
+                "the weight quantizer needs the quantized input",
+                "Use a weight quantizer that does not (requires_quant_input).",
+            )
         return super().__prepare_scriptable__()
 
     def quant_tuple(self, x: Tensor) -> QuantTuple:
@@ -166,18 +169,17 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
         value, scale, zero_point, bit_width = self.tensor_quant(x)
         return value, scale, zero_point, bit_width
 
-    def quantize(self, x: Tensor, quant_input: Optional[QuantTuple] = None,
-                 as_quant_tensor: bool = False) -> QuantTuple:
+    def quantize(
+        self, x: Tensor, quant_input: Optional[QuantTuple] = None, as_quant_tensor: bool = False
+    ) -> QuantTuple:
         """What layers call: quant_tuple(x), or in eager mode the proxy's output (an
         IntQuantTensor is a QuantTuple too) when calling it does more (see _calls_itself).
         quant_input reaches quantizers that need it (requires_quant_input)."""
         if torch.jit.is_scripting():
             return self.quant_tuple(x)
         if self.requires_quant_input:
-            return as_quant_tuple(self(x, quant_input))
-        if self._calls_itself(x, as_quant_tensor):
-            return as_quant_tuple(self(x))
-        return self.quant_tuple(x)
+            return self._eager_quantize(x, True, x, quant_input)
+        return self._eager_quantize(x, as_quant_tensor, x)
 
     def _fills_inference_cache(self) -> bool:
         return not self.training and self._cache_inference_quant_weight
@@ -194,12 +196,12 @@ class WeightQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector,
         out = self.create_quant_tensor(out)
         if not self.export_mode and self._fills_inference_cache() and self._cached_weight is None:
             self._cached_weight = self.cache_class(
-                out.detach(), metadata_only=self.cache_inference_quant_weight_metadata_only)
+                out.detach(), metadata_only=self.cache_inference_quant_weight_metadata_only
+            )
         return out
 
 
 class BiasQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector, BiasQuantProxyProtocol, ABC):
-
     # A TorchScript constant: the quantizer takes (bias, accumulator scale) with it, (bias)
     # without, so the scripted forward must compile only the matching call.
     __constants__ = ["requires_input_scale"]
@@ -223,7 +225,8 @@ class BiasQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector, BiasQuantP
         if self._cached_bias is None:
             warnings.warn(
                 "No quant bias cache found, set cache_inference_quant_bias=True and run an "
-                "inference pass first")
+                "inference pass first"
+            )
             return None
         if self.training:
             warnings.warn("Cached quant bias scale is being used in training mode.")
@@ -288,7 +291,8 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
             raise RuntimeError(
                 f"{type(self).__name__}: a bias quantizer that takes its scale from the input "
                 f"(requires_input_scale=True) can not be shared by layers of different types "
-                f"(got {_layer_names(self.tracked_module_list)})")
+                f"(got {_layer_names(self.tracked_module_list)})"
+            )
         return accumulator_scale(input_scale, weight_scale, input[0].dim(), self._acc_channel_dim)
 
     def _eager_accumulator_scale(self, input: Any, weight: Any) -> Tensor:
@@ -309,31 +313,37 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
             elif _scale_of(arg) is None:
                 what.append(f"the {name} is a {type(arg).__name__}, not an IntQuantTensor")
         if not what:
-            what.append("the input scale and the weight scale do not broadcast along the output "
-                        "channels")
+            what.append(
+                "the input scale and the weight scale do not broadcast along the output channels"
+            )
         return RuntimeError(
             f"{type(self).__name__} of {_layer_names(self.tracked_module_list)}: bias quantizer "
             f"{self.quant_injector.__name__} has requires_input_scale=True, so it needs the "
             f"accumulator scale (input scale * weight scale), but {' and '.join(what)} and no "
             f"bias scale was cached. Quantize the layer's input (e.g. input_quant=..., or pass "
             f"an IntQuantTensor) and its weight, or use a bias quantizer with its own scale "
-            f"(requires_input_scale=False, e.g. Int8BiasPerTensorFloatInternalScaling)")
+            f"(requires_input_scale=False, e.g. Int8BiasPerTensorFloatInternalScaling)"
+        )
 
-    def _script_accumulator_scale(self, quant_input: QuantTuple,
-                                  quant_weight: QuantTuple) -> Optional[Tensor]:
+    def _script_accumulator_scale(
+        self, quant_input: QuantTuple, quant_weight: QuantTuple
+    ) -> Optional[Tensor]:
         """compute_bias_scale, flat, under TorchScript (no cache to fall back on)."""
         input_scale = quant_input[1]
         weight_scale = quant_weight[1]
         if input_scale is None or weight_scale is None:
             raise RuntimeError(
                 "scripted bias quant proxy: the bias quantizer has requires_input_scale=True "
-                "and needs the scales of the quantized input and weight")
-        scale = accumulator_scale(input_scale, weight_scale, quant_input[0].dim(),
-                                  self._acc_channel_dim)
+                "and needs the scales of the quantized input and weight"
+            )
+        scale = accumulator_scale(
+            input_scale, weight_scale, quant_input[0].dim(), self._acc_channel_dim
+        )
         if scale is None:
             raise RuntimeError(
                 "scripted bias quant proxy: the input scale and the weight scale do not "
-                "broadcast along the output channels")
+                "broadcast along the output channels"
+            )
         return scale.view(-1)
 
     def quant_tuple(self, x: Tensor, acc_scale: Optional[Tensor]) -> QuantTuple:
@@ -348,14 +358,20 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
             if acc_scale is None:
                 raise RuntimeError(
                     "bias quant proxy: the bias quantizer has requires_input_scale=True and "
-                    "needs the accumulator scale (input scale * weight scale)")
+                    "needs the accumulator scale (input scale * weight scale)"
+                )
             value, scale, zero_point, bit_width = self.tensor_quant(x, acc_scale)
         else:
             value, scale, zero_point, bit_width = self.tensor_quant(x)
         return value, scale, zero_point, bit_width
 
-    def quantize(self, x: Tensor, quant_input: QuantTuple, quant_weight: QuantTuple,
-                 as_quant_tensor: bool = False) -> QuantTuple:
+    def quantize(
+        self,
+        x: Tensor,
+        quant_input: QuantTuple,
+        quant_weight: QuantTuple,
+        as_quant_tensor: bool = False,
+    ) -> QuantTuple:
         """What layers call: quant_tuple of the bias x, with the accumulator scale of the
         layer's quantized input and weight when requires_input_scale; in eager mode the proxy's
         output when calling it does more (see _calls_itself)."""
@@ -375,8 +391,12 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
         return not self.training and self.cache_inference_quant_bias
 
     @wraps_quant_tuple
-    def forward(self, x: Tensor, input: Optional[Union[Tensor, IntQuantTensor]] = None,
-                weight: Optional[Union[Tensor, IntQuantTensor]] = None):
+    def forward(
+        self,
+        x: Tensor,
+        input: Optional[Union[Tensor, IntQuantTensor]] = None,
+        weight: Optional[Union[Tensor, IntQuantTensor]] = None,
+    ):
         if torch.jit.is_scripting():
             # Alone, a scripted bias proxy quantizes with its own scale only.
             return self.quant_tuple(x, None)
@@ -395,7 +415,8 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
         out = IntQuantTensor(*out, self.is_signed, self.training)
         if self._fills_inference_cache():
             self._cached_bias = _CachedIO(
-                out.detach(), metadata_only=self.cache_inference_quant_bias_metadata_only)
+                out.detach(), metadata_only=self.cache_inference_quant_bias_metadata_only
+            )
         return out
 
 

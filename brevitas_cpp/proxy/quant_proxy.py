@@ -26,10 +26,11 @@ from brevitas_cpp.core.zero_point import (
     ParameterFromRuntimeZeroPoint,
     ParameterFromStatsFromParameterZeroPoint,
 )
-from brevitas_cpp.inject.enum import FloatToIntImplType, ScalingPerOutputType
+from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, Injector, MissingDependencyError
 from brevitas_cpp.proxy.script import (
     ScriptableQuantModule,
+    as_quant_tuple,
     mark_properties_unused_by_jit,
     script_error,
 )
@@ -39,9 +40,12 @@ __all__ = ["QuantProxyProtocol", "QuantProxyFromInjector"]
 
 def global_module_hooks() -> bool:
     """Whether hooks were registered for every module (which calling a proxy would run)."""
-    return bool(_torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks
-                or _torch_module._global_backward_hooks
-                or _torch_module._global_backward_pre_hooks)
+    return bool(
+        _torch_module._global_forward_hooks
+        or _torch_module._global_forward_pre_hooks
+        or _torch_module._global_backward_hooks
+        or _torch_module._global_backward_pre_hooks
+    )
 
 
 def wraps_quant_tuple(forward: Callable) -> Callable:
@@ -53,8 +57,10 @@ def wraps_quant_tuple(forward: Callable) -> Callable:
 
 
 def _is_groupwise(quant_injector) -> bool:
-    return ("scaling_per_output" in quant_injector
-            and quant_injector.scaling_per_output == ScalingPerOutputType.GROUP)
+    return (
+        "scaling_per_output" in quant_injector
+        and quant_injector.scaling_per_output == ScalingPerOutputType.GROUP
+    )
 
 
 def _is_narrow_range(quant_injector) -> Optional[bool]:
@@ -106,8 +112,9 @@ def _keys_derived_from_stats(proxy: nn.Module, prefix: str) -> Set[str]:
     return keys
 
 
-def _drop_missing_keys_derived_from_stats(proxy: "QuantProxyFromInjector",
-                                          incompatible_keys) -> None:
+def _drop_missing_keys_derived_from_stats(
+    proxy: "QuantProxyFromInjector", incompatible_keys
+) -> None:
     # Runs after the proxy's whole subtree (including a tensor_quant rebuilt on load) is loaded.
     prefix = proxy._state_dict_load_prefix
     if prefix is None:
@@ -124,8 +131,7 @@ class QuantProxyProtocol(Protocol):
     is_narrow_range: Optional[bool]
     rounding_mode: Optional[str]
 
-    def add_tracked_module(self, module: nn.Module) -> None:
-        ...
+    def add_tracked_module(self, module: nn.Module) -> None: ...
 
 
 class _ExportModeMixin:
@@ -148,19 +154,20 @@ class _ExportModeMixin:
         if value and self.training:
             raise RuntimeError(
                 f"{type(self).__name__}: export mode can only be entered in eval mode, not "
-                f"during training")
+                f"during training"
+            )
         if value and self.export_handler is None:
             if self.requires_export_handler:
-                warnings.warn(
-                    f"{type(self).__name__}: skipped by export, it has no export handler")
+                warnings.warn(f"{type(self).__name__}: skipped by export, it has no export handler")
             return
         if not value:
             self.export_handler = None
         self._export_mode = value
 
 
-class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
-                             QuantProxyProtocol):
+class QuantProxyFromInjector(
+    ScriptableQuantModule, _ExportModeMixin, nn.Module, QuantProxyProtocol
+):
     """Serves one or more layers (``tracked_module_list``) with the quantizer built by
     ``quant_injector``; ``tensor_quant`` is None when the injector quantizes nothing.
 
@@ -168,16 +175,20 @@ class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
     brevitas_cpp.proxy.script)."""
 
     def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
-        if not (isinstance(quant_injector, type)
-                and issubclass(quant_injector, (ExtendedInjector, Injector))):
+        if not (
+            isinstance(quant_injector, type)
+            and issubclass(quant_injector, (ExtendedInjector, Injector))
+        ):
             raise TypeError(
                 f"{type(self).__name__}: quant_injector must be a quantizer class (an "
                 f"ExtendedInjector subclass, e.g. Int8WeightPerTensorFloat), got "
-                f"{quant_injector!r} ({type(quant_injector).__name__})")
+                f"{quant_injector!r} ({type(quant_injector).__name__})"
+            )
         if not isinstance(quant_layer, nn.Module):
             raise TypeError(
                 f"{type(self).__name__}: quant_layer must be the layer to quantize for (an "
-                f"nn.Module), got {quant_layer!r} ({type(quant_layer).__name__})")
+                f"nn.Module), got {quant_layer!r} ({type(quant_layer).__name__})"
+            )
         nn.Module.__init__(self)
         self._init_export_mode()
         self.update_state_dict_impl = _update_state_dict_impl(quant_injector)
@@ -228,7 +239,8 @@ class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
         if module is None:
             raise RuntimeError(
                 f"{type(self).__name__}.add_tracked_module: module must be a layer "
-                f"(an nn.Module), got None")
+                f"(an nn.Module), got None"
+            )
         self.tracked_module_list.append(module)
         self.update_tracked_modules()
         self.init_tensor_quant()
@@ -237,15 +249,31 @@ class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
         """Whether ``quantize`` must call the proxy (``__call__``, then ``forward``) rather than
         ``quant_tuple``: a QuantTensor is wanted or given, hooks must run, an export handler or a
         subclass's own forward replaces ours, or forward fills an inference cache."""
-        return (as_quant_tensor or not isinstance(x, torch.Tensor) or self._export_mode
-                or bool(self._forward_hooks or self._forward_pre_hooks or self._backward_hooks
-                        or self._backward_pre_hooks) or global_module_hooks()
-                or not getattr(type(self).forward, "_returns_quant_tuple_wrapped", False)
-                or self._fills_inference_cache())
+        return (
+            as_quant_tensor
+            or not isinstance(x, torch.Tensor)
+            or self._export_mode
+            or bool(
+                self._forward_hooks
+                or self._forward_pre_hooks
+                or self._backward_hooks
+                or self._backward_pre_hooks
+            )
+            or global_module_hooks()
+            or not getattr(type(self).forward, "_returns_quant_tuple_wrapped", False)
+            or self._fills_inference_cache()
+        )
 
     def _fills_inference_cache(self) -> bool:
         """Whether forward would cache its output (eval mode with a cache switched on)."""
         return False
+
+    def _eager_quantize(self, x: Any, as_quant_tensor: bool, *call_args: Any) -> Any:
+        """What ``quantize`` does in eager mode: ``quant_tuple(x)``, or the proxy called with
+        call_args when that does more (its output, an IntQuantTensor being a QuantTuple too)."""
+        if self._calls_itself(x, as_quant_tensor):
+            return as_quant_tuple(self(*call_args))
+        return self.quant_tuple(x)
 
     def apply_input_view(self, x: torch.Tensor) -> torch.Tensor:
         return self.input_view_impl(x)
@@ -258,19 +286,30 @@ class QuantProxyFromInjector(ScriptableQuantModule, _ExportModeMixin, nn.Module,
         if len(self.tracked_module_list) > 1:
             # TorchScript makes one copy of a module per place it is reached from.
             raise script_error(
-                self, f"the quantizer is shared by {len(self.tracked_module_list)} layers "
+                self,
+                f"the quantizer is shared by {len(self.tracked_module_list)} layers "
                 f"(scripted, each would get its own copy, no longer sharing statistics and "
-                f"step counters)", "Give each layer its own quantizer, or trace the model.")
+                f"step counters)",
+                "Give each layer its own quantizer, or trace the model.",
+            )
         return self
 
     def _load_from_state_dict(
-            self, state_dict: Dict[str, Any], prefix: str, local_metadata, strict: bool,
-            missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str]) -> None:
+        self,
+        state_dict: Dict[str, Any],
+        prefix: str,
+        local_metadata,
+        strict: bool,
+        missing_keys: List[str],
+        unexpected_keys: List[str],
+        error_msgs: List[str],
+    ) -> None:
         self._state_dict_load_prefix = prefix
         if self.update_state_dict_impl is not None:
             self.update_state_dict_impl(prefix, state_dict)
         super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         # The parent layer's parameters are already loaded (parents load before children) and
         # tensor_quant's own state is loaded next: rebuilding here re-derives everything from
         # the new parameters, then lets the checkpoint's quantizer values override. The rebuilt

@@ -14,7 +14,7 @@ from brevitas_cpp.proxy.quant_proxy import (
     QuantProxyProtocol,
     wraps_quant_tuple,
 )
-from brevitas_cpp.proxy.script import QuantTuple, as_quant_tuple, script_error
+from brevitas_cpp.proxy.script import QuantTuple, script_error
 from brevitas_cpp.proxy.utils import _CachedIO
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
@@ -48,19 +48,14 @@ def _is_act_enabled(act_impl: Optional[nn.Module], tensor_quant: Optional[nn.Mod
 
 @runtime_checkable
 class ActQuantProxyProtocol(QuantProxyProtocol, Protocol):
+    def forward(self, x: Union[Tensor, QuantTensor]) -> QuantTensor: ...
 
-    def forward(self, x: Union[Tensor, QuantTensor]) -> QuantTensor:
-        ...
-
-    def quantize(self, x: Tensor, as_quant_tensor: bool = False) -> QuantTuple:
-        ...
+    def quantize(self, x: Tensor, as_quant_tensor: bool = False) -> QuantTuple: ...
 
 
 @runtime_checkable
 class AccQuantProxyProtocol(QuantProxyProtocol, Protocol):
-
-    def forward(self, x: Union[Tensor, IntQuantTensor]) -> Union[Tensor, IntQuantTensor]:
-        ...
+    def forward(self, x: Union[Tensor, IntQuantTensor]) -> Union[Tensor, IntQuantTensor]: ...
 
 
 class _TensorQuantDisabledIdentity(jit.ScriptModule):
@@ -70,8 +65,9 @@ class _TensorQuantDisabledIdentity(jit.ScriptModule):
         super().__init__()
 
     @jit.script_method
-    def forward(self, x: Tensor) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor],
-                                          Optional[Tensor]]:
+    def forward(
+        self, x: Tensor
+    ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
         return (x, None, None, None)
 
 
@@ -153,8 +149,8 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
 
     @abstractmethod
     def create_quant_tensor(
-            self, qt_args: Union[Tensor, Tuple[Any, ...]],
-            x: Union[Tensor, QuantTensor]) -> QuantTensor:
+        self, qt_args: Union[Tensor, Tuple[Any, ...]], x: Union[Tensor, QuantTensor]
+    ) -> QuantTensor:
         """qt_args is either the quantizer's (value, scale, zero_point, bit_width), or a value
         that keeps the metadata of x (a passthrough activation)."""
         raise NotImplementedError
@@ -176,9 +172,7 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         IntQuantTensor is a QuantTuple too) when calling it does more (see _calls_itself)."""
         if torch.jit.is_scripting():
             return self.quant_tuple(x)
-        if self._calls_itself(x, as_quant_tensor):
-            return as_quant_tuple(self(x))
-        return self.quant_tuple(x)
+        return self._eager_quantize(x, as_quant_tensor, x)
 
     def _fills_inference_cache(self) -> bool:
         return not self.training and self.cache_inference_quant_act
@@ -228,8 +222,8 @@ class ActQuantProxyFromInjector(ActQuantProxyFromInjectorBase):
         return self.retrieve_attribute("bit_width", force_eval)
 
     def create_quant_tensor(
-            self, qt_args: Union[Tensor, Tuple[Any, ...]],
-            x: Union[Tensor, IntQuantTensor]) -> IntQuantTensor:
+        self, qt_args: Union[Tensor, Tuple[Any, ...]], x: Union[Tensor, IntQuantTensor]
+    ) -> IntQuantTensor:
         if isinstance(qt_args, tuple):
             return IntQuantTensor(*qt_args, self.is_signed, self.training)
         return IntQuantTensor(qt_args, x.scale, x.zero_point, x.bit_width, x.signed, self.training)
@@ -241,12 +235,14 @@ class DynamicActQuantProxyFromInjector(ActQuantProxyFromInjector):
     def scale(self, force_eval: bool = True):
         raise RuntimeError(
             f"{type(self).__name__}: the scale of a dynamic activation quantizer depends on the "
-            f"input; read it from the QuantTensor the proxy returns")
+            f"input; read it from the QuantTensor the proxy returns"
+        )
 
     def zero_point(self, force_eval: bool = True):
         raise RuntimeError(
             f"{type(self).__name__}: the zero point of a dynamic activation quantizer depends on "
-            f"the input; read it from the QuantTensor the proxy returns")
+            f"the input; read it from the QuantTensor the proxy returns"
+        )
 
 
 class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol):
@@ -283,16 +279,19 @@ class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol)
     def __prepare_scriptable__(self) -> "TruncQuantProxyFromInjector":
         if self.is_quant_enabled:
             raise script_error(
-                self, "truncation requantizes an IntQuantTensor (an accumulator) and needs its "
-                "scale and bit width", "Trace the model instead, or build the layer with "
-                "trunc_quant=None.")
+                self,
+                "truncation requantizes an IntQuantTensor (an accumulator) and needs its "
+                "scale and bit width",
+                "Trace the model instead, or build the layer with trunc_quant=None.",
+            )
         return super().__prepare_scriptable__()
 
     def forward(self, x: Union[Tensor, IntQuantTensor]):
         if torch.jit.is_scripting():
             # Only a disabled truncation scripts (see __prepare_scriptable__): the identity.
             assert isinstance(x, Tensor), (
-                "trunc quant proxy: scripted quant layers exchange Tensors, not QuantTensors")
+                "trunc quant proxy: scripted quant layers exchange Tensors, not QuantTensors"
+            )
             return x
         if not self.is_quant_enabled:
             return x
@@ -301,10 +300,12 @@ class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol)
                 f"{type(self).__name__} of {type(self.tracked_module_list[0]).__name__}: "
                 f"truncation requantizes an integer tensor and needs its scale, zero point and "
                 f"bit width; expected an IntQuantTensor, got {type(x).__name__} (quantize the "
-                f"input first, e.g. with an input quantizer returning QuantTensors)")
+                f"input first, e.g. with an input quantizer returning QuantTensors)"
+            )
         impl = self.export_handler if self.export_mode else self.tensor_quant
         out_value, out_scale, out_zp, out_bit_width = impl(
-            x.value, x.scale, x.zero_point, x.bit_width, x.signed)
+            x.value, x.scale, x.zero_point, x.bit_width, x.signed
+        )
         if self.skip_create_quant_tensor:
             return out_value
         out = IntQuantTensor(out_value, out_scale, out_zp, out_bit_width, x.signed, self.training)
@@ -313,10 +314,11 @@ class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol)
         return out
 
     def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs) -> None:
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
         super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         # Older checkpoints saved the sentinel under the layer's former accumulator_quant.
         old_key = ".".join(prefix.split(".")[:-2]) + ".accumulator_quant.zero_hw_sentinel"
         if old_key in unexpected_keys:

@@ -34,8 +34,14 @@ from torch import Tensor
 from brevitas_cpp.quant_tensor import QuantTensor
 
 __all__ = [
-    "QuantTuple", "ScriptableQuantModule", "as_quant_tuple", "jit_unused_properties",
-    "mark_properties_unused_by_jit", "quant_operand", "script_error"]
+    "QuantTuple",
+    "ScriptableQuantModule",
+    "as_quant_tuple",
+    "jit_unused_properties",
+    "mark_properties_unused_by_jit",
+    "quant_operand",
+    "script_error",
+]
 
 # (value, scale, zero_point, bit_width), what the core blocks' tensor_quant return; the metadata
 # is None when nothing was quantized. An IntQuantTensor is also one: its first four fields.
@@ -62,15 +68,15 @@ def quant_operand(quant: QuantTuple, as_quant_tensor: bool) -> Tensor:
 
 def jit_unused_properties(cls: type) -> List[str]:
     """Names of every property of cls, inherited ones included."""
-    return sorted(name for name, member in inspect.getmembers(cls)
-                  if isinstance(member, property))
+    return sorted(name for name, member in inspect.getmembers(cls) if isinstance(member, property))
 
 
 def script_error(module: Any, what: str, fix: str) -> RuntimeError:
     """The error of a layer or proxy that can not be scripted as configured."""
     return RuntimeError(
         f"torch.jit.script of {type(module).__name__}: {what}, which scripted quant layers do not "
-        f"support (between scripted layers values are plain Tensors). {fix}")
+        f"support (between scripted layers values are plain Tensors). {fix}"
+    )
 
 
 class ScriptableQuantModule:

@@ -1,13 +1,19 @@
 """Ready-made quantizers (Brevitas's brevitas.quant): injector classes passed to quant layers,
 e.g. ``weight_quant=Int8WeightPerChannelFloat``. Compose new ones by inheritance or ``.let()``."""
 
+from brevitas_cpp.quant import binary, fixed_point, none, scaled_int, shifted_scaled_int, ternary
 from brevitas_cpp.quant.binary import *  # noqa: F401,F403
 from brevitas_cpp.quant.fixed_point import *  # noqa: F401,F403
 from brevitas_cpp.quant.none import *  # noqa: F401,F403
 from brevitas_cpp.quant.scaled_int import *  # noqa: F401,F403
 from brevitas_cpp.quant.shifted_scaled_int import *  # noqa: F401,F403
 from brevitas_cpp.quant.ternary import *  # noqa: F401,F403
-from brevitas_cpp.quant import binary, fixed_point, none, scaled_int, shifted_scaled_int, ternary
 
-__all__ = (binary.__all__ + fixed_point.__all__ + none.__all__ + scaled_int.__all__
-           + shifted_scaled_int.__all__ + ternary.__all__)
+__all__ = (
+    binary.__all__
+    + fixed_point.__all__
+    + none.__all__
+    + scaled_int.__all__
+    + shifted_scaled_int.__all__
+    + ternary.__all__
+)

@@ -53,6 +53,7 @@ __all__ = [
 
 class MaxStatsScaling(ExtendedInjector):
     """Scale from max|x| of the tensor being quantized, recomputed at every call."""
+
     scaling_impl_type = ScalingImplType.STATS
     scaling_stats_op = StatsOp.MAX
     scaling_min_val = 1e-10
@@ -60,6 +61,7 @@ class MaxStatsScaling(ExtendedInjector):
 
 class MinMaxStatsScaling(ExtendedInjector):
     """Scale from the range max(x) - min(x), recomputed at every call (for asymmetric formats)."""
+
     scaling_impl_type = ScalingImplType.STATS
     scaling_stats_op = StatsOp.MIN_MAX
     scaling_min_val = 1e-10
@@ -68,6 +70,7 @@ class MinMaxStatsScaling(ExtendedInjector):
 class ParamFromRuntimePercentileScaling(ExtendedInjector):
     """Learned scale, initialised from the 99.999th percentile of |x| over the first 300 training
     steps."""
+
     scaling_impl_type = ScalingImplType.PARAMETER_FROM_STATS
     scaling_stats_op = StatsOp.PERCENTILE
     high_percentile_q = 99.999
@@ -78,6 +81,7 @@ class ParamFromRuntimePercentileScaling(ExtendedInjector):
 class BatchQuantStatsScaling1d(ExtendedInjector):
     """Scale a * mean over channels of max|x| + b (BatchQuant), statistics averaged over all
     batches seen (momentum None), input (N, C, F)."""
+
     scaling_impl_type = ScalingImplType.AFFINE_STATS
     scaling_stats_op = StatsOp.MAX_AVE
     scaling_stats_momentum = None
@@ -88,6 +92,7 @@ class BatchQuantStatsScaling1d(ExtendedInjector):
 
 class BatchQuantStatsScaling2d(ExtendedInjector):
     """As BatchQuantStatsScaling1d, input (N, C, H, W)."""
+
     scaling_impl_type = ScalingImplType.AFFINE_STATS
     scaling_stats_op = StatsOp.MAX_AVE
     scaling_stats_momentum = None
@@ -98,6 +103,7 @@ class BatchQuantStatsScaling2d(ExtendedInjector):
 
 class ParamFromRuntimeMinMaxScaling(ExtendedInjector):
     """Learned scale, initialised from the range of x over the first 300 training steps."""
+
     scaling_impl_type = ScalingImplType.PARAMETER_FROM_STATS
     scaling_stats_op = StatsOp.MIN_MAX
     collect_stats_steps = 300
@@ -107,6 +113,7 @@ class ParamFromRuntimeMinMaxScaling(ExtendedInjector):
 class ParamFromRuntimePercentileIntervalScaling(ExtendedInjector):
     """Learned scale, initialised from the 0.001th..99.999th percentile interval of x over the
     first 300 training steps."""
+
     scaling_impl_type = ScalingImplType.PARAMETER_FROM_STATS
     scaling_stats_op = StatsOp.PERCENTILE_INTERVAL
     high_percentile_q = 99.999
@@ -117,6 +124,7 @@ class ParamFromRuntimePercentileIntervalScaling(ExtendedInjector):
 
 class ParamMinMaxInitScaling(ExtendedInjector):
     """Learned scale, initialised from the user's min_val/max_val."""
+
     scaling_impl_type = ScalingImplType.PARAMETER
 
 
@@ -125,6 +133,7 @@ class ParamMinMaxInitScaling(ExtendedInjector):
 
 class _RoundedConstBitWidthInt(ExtendedInjector):
     """What every integer format below shares: a constant bit width, round half to even."""
+
     quant_type = QuantType.INT
     bit_width_impl_type = BitWidthImplType.CONST
     float_to_int_impl_type = FloatToIntImplType.ROUND
@@ -132,6 +141,7 @@ class _RoundedConstBitWidthInt(ExtendedInjector):
 
 class IntQuant(_RoundedConstBitWidthInt):
     """Signed integers [-2^(b-1), 2^(b-1) - 1], zero point 0, round half to even."""
+
     narrow_range = False
     signed = True
     zero_point_impl = ZeroZeroPoint
@@ -139,6 +149,7 @@ class IntQuant(_RoundedConstBitWidthInt):
 
 class NarrowIntQuant(_RoundedConstBitWidthInt):
     """Signed integers without the most negative value: [-(2^(b-1) - 1), 2^(b-1) - 1]."""
+
     narrow_range = True
     signed = True
     zero_point_impl = ZeroZeroPoint
@@ -146,6 +157,7 @@ class NarrowIntQuant(_RoundedConstBitWidthInt):
 
 class UintQuant(_RoundedConstBitWidthInt):
     """Unsigned integers [0, 2^b - 1], zero point 0."""
+
     narrow_range = False
     signed = False
     zero_point_impl = ZeroZeroPoint
@@ -154,6 +166,7 @@ class UintQuant(_RoundedConstBitWidthInt):
 class _ShiftedUint(_RoundedConstBitWidthInt):
     """What the shifted unsigned formats share: an integer zero point shaped and laid out like
     the scale."""
+
     narrow_range = False
     signed = False
     quantize_zero_point = True
@@ -164,6 +177,7 @@ class _ShiftedUint(_RoundedConstBitWidthInt):
 class ShiftedMinUintQuant(_ShiftedUint):
     """Unsigned integers with an integer zero point from -min(x, 0) of the parameter, shaped
     and laid out like the scale."""
+
     zero_point_impl = StatsFromParameterZeroPoint
     zero_point_stats_impl = NegativeMinOrZero
     zero_point_stats_input_concat_dim = this.scaling_stats_input_concat_dim
@@ -172,6 +186,7 @@ class ShiftedMinUintQuant(_ShiftedUint):
 class ShiftedParamFromPercentileUintQuant(_ShiftedUint):
     """Unsigned integers with a learned integer zero point, initialised from the negated 0.001th
     percentile of x (or 0) over the first training steps."""
+
     zero_point_impl = ParameterFromRuntimeZeroPoint
     zero_point_stats_impl = NegativePercentileOrZero
     low_percentile_q = 0.001
@@ -182,6 +197,7 @@ class ShiftedParamFromPercentileUintQuant(_ShiftedUint):
 
 class PerChannelFloatScaling8bit(ExtendedInjector):
     """8 bits, one float scale per output channel."""
+
     scaling_per_output_type = ScalingPerOutputType.CHANNEL
     restrict_scaling_type = RestrictValueType.FP
     bit_width = 8
@@ -189,6 +205,7 @@ class PerChannelFloatScaling8bit(ExtendedInjector):
 
 class PerTensorFloatScaling8bit(ExtendedInjector):
     """8 bits, one float scale."""
+
     scaling_per_output_type = ScalingPerOutputType.TENSOR
     restrict_scaling_type = RestrictValueType.FP
     bit_width = 8
@@ -197,6 +214,7 @@ class PerTensorFloatScaling8bit(ExtendedInjector):
 class PerChannelPoTScaling8bit(ExtendedInjector):
     """8 bits, one power-of-two scale per output channel (exponent rounded up, so the range
     is never cut)."""
+
     scaling_per_output_type = ScalingPerOutputType.CHANNEL
     restrict_scaling_type = RestrictValueType.POWER_OF_TWO
     bit_width = 8
@@ -205,6 +223,7 @@ class PerChannelPoTScaling8bit(ExtendedInjector):
 
 class PerTensorPoTScaling8bit(ExtendedInjector):
     """8 bits, one power-of-two scale (exponent rounded up)."""
+
     scaling_per_output_type = ScalingPerOutputType.TENSOR
     restrict_scaling_type = RestrictValueType.POWER_OF_TWO
     bit_width = 8
@@ -220,6 +239,7 @@ def _signed_clamped_binary_quant(signed, __self__):
 class SignedBinaryClampedConst(ExtendedInjector):
     """Values {-s, +s} with a constant scale s; inputs are clamped to [-s, s] first so the
     straight-through gradient vanishes outside it."""
+
     tensor_quant = value(_signed_clamped_binary_quant)
     scaling_impl_type = ScalingImplType.CONST
     restrict_scaling_type = RestrictValueType.FP
@@ -231,6 +251,7 @@ class SignedBinaryClampedConst(ExtendedInjector):
 
 class PerTensorConstScaling2bit(ExtendedInjector):
     """2 bits with one constant float scale."""
+
     scaling_impl_type = ScalingImplType.CONST
     restrict_scaling_type = RestrictValueType.FP
     scaling_per_output_type = ScalingPerOutputType.TENSOR

@@ -12,20 +12,24 @@ __all__ = ["NoneWeightQuant", "NoneActQuant", "NoneBiasQuant", "NoneTruncQuant"]
 
 class NoneWeightQuant(WeightQuantSolver):
     """No weight quantization (weight_quant=None)."""
+
     quant_type = QuantType.FP
 
 
 class NoneActQuant(ActQuantSolver):
     """No activation quantization (act_quant, input_quant or output_quant None)."""
+
     quant_type = QuantType.FP
 
 
 class NoneBiasQuant(BiasQuantSolver):
     """No bias quantization (bias_quant=None)."""
+
     quant_type = QuantType.FP
     requires_input_scale = False
 
 
 class NoneTruncQuant(TruncQuantSolver):
     """No truncation (trunc_quant=None)."""
+
     quant_type = QuantType.FP

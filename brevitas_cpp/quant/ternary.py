@@ -5,10 +5,10 @@ from brevitas_cpp.core.function_wrapper import InplaceTensorClampSte, TensorClam
 from brevitas_cpp.core.quant import IntQuant as IntQuantBlock
 from brevitas_cpp.inject.enum import QuantType
 from brevitas_cpp.inject.injector import value
+from brevitas_cpp.quant.base import NarrowIntQuant, PerTensorConstScaling2bit
 from brevitas_cpp.quant.solver.act import ActQuantSolver
 from brevitas_cpp.quant.solver.common import require_signed, to_enum
 from brevitas_cpp.quant.solver.weight import WeightQuantSolver
-from brevitas_cpp.quant.base import NarrowIntQuant, PerTensorConstScaling2bit
 
 __all__ = ["SignedTernaryWeightPerTensorConst", "SignedTernaryActPerTensorConst"]
 
@@ -22,10 +22,12 @@ def _signed_ternary_int_quant(quant_type, signed, __self__):
     return None
 
 
-class SignedTernaryWeightPerTensorConst(NarrowIntQuant, PerTensorConstScaling2bit,
-                                        WeightQuantSolver):
+class SignedTernaryWeightPerTensorConst(
+    NarrowIntQuant, PerTensorConstScaling2bit, WeightQuantSolver
+):
     """Ternary weights, s = scaling_const = 0.1; integers clamped to [-1, 1] by Brevitas's in-place
     straight-through clamp."""
+
     int_quant = value(_signed_ternary_int_quant)
     tensor_clamp_impl = InplaceTensorClampSte
     scaling_const = 0.1
@@ -33,6 +35,7 @@ class SignedTernaryWeightPerTensorConst(NarrowIntQuant, PerTensorConstScaling2bi
 
 class SignedTernaryActPerTensorConst(NarrowIntQuant, PerTensorConstScaling2bit, ActQuantSolver):
     """Ternary activations, s = max(|min_val|, |max_val|) = 1."""
+
     int_quant = value(_signed_ternary_int_quant)
     tensor_clamp_impl = TensorClamp
     min_val = -1.0

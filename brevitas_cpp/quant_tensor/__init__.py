@@ -7,7 +7,7 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     IntMixin,
     IntQuantTensorBase,
     QuantTensor,
-    _unpack_quant_tensor,
+    _unpack_quant_tensor,  # noqa: F401 (the layers' helper, as in Brevitas)
 )
 from brevitas_cpp.quant_tensor.int_quant_tensor import IntQuantTensor
 

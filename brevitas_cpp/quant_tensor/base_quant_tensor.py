@@ -80,7 +80,8 @@ class QuantTensor:
         if unknown:
             raise ValueError(
                 f"{type(self).__name__}.set: unknown field(s) {sorted(unknown)}; accepted: "
-                f"{list(self._fields)}")
+                f"{list(self._fields)}"
+            )
         return self._from_fields([kwargs.get(name, getattr(self, name)) for name in self._fields])
 
     @property
@@ -118,11 +119,12 @@ class QuantTensor:
 
     @staticmethod
     def is_zero_zero_point(tensor: Any) -> Tensor:
-        return (tensor.zero_point == 0.).all()
+        return (tensor.zero_point == 0.0).all()
 
 
 class IntQuantTensorBase(NamedTuple):
     """The fields of an integer QuantTensor, in Brevitas's order."""
+
     value: Tensor
     scale: Tensor
     zero_point: Tensor
@@ -162,19 +164,20 @@ class IntMixin:
             if dtype not in TOLERANCE:
                 raise TypeError(
                     f"{type(self).__name__}.is_valid: value dtype {dtype} is not a floating point "
-                    f"dtype; accepted: {sorted(str(d) for d in TOLERANCE)}")
+                    f"dtype; accepted: {sorted(str(d) for d in TOLERANCE)}"
+                )
             is_int = torch.max(torch.abs(pre_round - rounded)) < TOLERANCE[dtype]
             if self.bit_width >= 2:
                 if self.signed:
                     in_upper = (2.0 ** (self.bit_width - 1) - 1 >= rounded).all()
-                    in_lower = (-2.0 ** (self.bit_width - 1) <= rounded).all()
+                    in_lower = (-(2.0 ** (self.bit_width - 1)) <= rounded).all()
                 else:
-                    in_upper = (2.0 ** self.bit_width - 1 >= rounded).all()
-                    in_lower = (0. <= rounded).all()
+                    in_upper = (2.0**self.bit_width - 1 >= rounded).all()
+                    in_lower = (0.0 <= rounded).all()
                 return bool((is_int & in_upper & in_lower).item())
             levels = rounded.unique(sorted=False)
             is_binary = levels.numel() == 2
-            has_negative = bool((levels < 0.).any().item())
+            has_negative = bool((levels < 0.0).any().item())
             return bool(is_int.item()) and is_binary and has_negative == self.signed
 
     def int(self, float_datatype: bool = False) -> Tensor:
@@ -186,9 +189,10 @@ class IntMixin:
             raise RuntimeError(
                 f"{type(self).__name__}.int(): value / scale + zero_point is not an integer tensor "
                 f"within the range of bit_width={_describe(self.bit_width)}, "
-                f"signed={self.signed} (is_valid is False)")
+                f"signed={self.signed} (is_valid is False)"
+            )
         int_value = round_ste(self._pre_round_int_value)
-        fits_8_bits = bool(self.bit_width <= 8.)
+        fits_8_bits = bool(self.bit_width <= 8.0)
         if float_datatype:
             return int_value.type(self.scale.dtype if fits_8_bits else torch.float32)
         if fits_8_bits:
@@ -203,7 +207,8 @@ class IntMixin:
             raise RuntimeError(
                 f"{type(self).__name__}: scaling factors are different in eval mode: "
                 f"{_describe(self.scale)} vs {_describe(other.scale)}; requantize the operands "
-                f"with a shared quantizer so they have the same scale")
+                f"with a shared quantizer so they have the same scale"
+            )
         return True
 
     def check_zero_points_same(self, other: Any) -> bool:
@@ -212,21 +217,24 @@ class IntMixin:
         if not torch.allclose(self.zero_point, other.zero_point):
             raise RuntimeError(
                 f"{type(self).__name__}: zero points are different in eval mode: "
-                f"{_describe(self.zero_point)} vs {_describe(other.zero_point)}")
+                f"{_describe(self.zero_point)} vs {_describe(other.zero_point)}"
+            )
         return True
 
     def check_bit_width_same(self, other: Any) -> bool:
         if not torch.allclose(self.bit_width, other.bit_width):
             raise RuntimeError(
                 f"{type(self).__name__}: bit widths are different: "
-                f"{_describe(self.bit_width)} vs {_describe(other.bit_width)}")
+                f"{_describe(self.bit_width)} vs {_describe(other.bit_width)}"
+            )
         return True
 
     def check_sign_same(self, other: Any) -> bool:
         if not self.signed == other.signed:
             raise RuntimeError(
                 f"{type(self).__name__}: signs are different: signed={self.signed} vs "
-                f"signed={other.signed}")
+                f"signed={other.signed}"
+            )
         return True
 
     def view(self, *args: Any, **kwargs: Any) -> Any:

@@ -20,7 +20,10 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     _describe,
     _unpack_quant_tensor,
 )
-from brevitas_cpp.quant_tensor.int_torch_handler import INT_QUANT_TENSOR_FN_HANDLER, _check_same_device
+from brevitas_cpp.quant_tensor.int_torch_handler import (
+    INT_QUANT_TENSOR_FN_HANDLER,
+    _check_same_device,
+)
 from brevitas_cpp.quant_tensor.torch_handler import QUANT_TENSOR_FN_HANDLER
 
 __all__ = ["IntQuantTensor"]
@@ -34,7 +37,8 @@ def _as_metadata(field: Any, name: str, value: Tensor) -> Tensor:
         return torch.tensor(field, dtype=torch.float, device=value.device)
     raise TypeError(
         f"IntQuantTensor: {name} must be a Tensor or a real number, got {type(field).__name__} "
-        f"({field!r})")
+        f"({field!r})"
+    )
 
 
 # The flag tensors built from Python bools. Every quantizer call builds an IntQuantTensor, so
@@ -53,7 +57,8 @@ def _as_flag(flag: Any, name: str) -> Tensor:
         return _TRUE_FLAG if flag else _FALSE_FLAG
     raise TypeError(
         f"IntQuantTensor: {name} must be a bool or a bool Tensor, got {type(flag).__name__} "
-        f"({flag!r})")
+        f"({flag!r})"
+    )
 
 
 def _flag_value(flag: Tensor) -> bool:
@@ -70,11 +75,13 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
     value (Tensor), scale, zero_point, bit_width (Tensors or numbers), signed, training (bools or
     bool tensors); stored as fields value, scale, zero_point, bit_width, signed_t, training_t."""
 
-    def __new__(cls, value: Tensor, scale: Any, zero_point: Any, bit_width: Any, signed: Any,
-                training: Any) -> "IntQuantTensor":
+    def __new__(
+        cls, value: Tensor, scale: Any, zero_point: Any, bit_width: Any, signed: Any, training: Any
+    ) -> "IntQuantTensor":
         if not isinstance(value, Tensor):
             raise TypeError(
-                f"IntQuantTensor: value must be a Tensor, got {type(value).__name__} ({value!r})")
+                f"IntQuantTensor: value must be a Tensor, got {type(value).__name__} ({value!r})"
+            )
         return super().__new__(
             cls,
             value,
@@ -82,7 +89,8 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             _as_metadata(zero_point, "zero_point", value),
             _as_metadata(bit_width, "bit_width", value),
             _as_flag(signed, "signed"),
-            _as_flag(training, "training"))
+            _as_flag(training, "training"),
+        )
 
     @classmethod
     def _from_fields(cls, fields: List[Any]) -> "IntQuantTensor":
@@ -109,12 +117,18 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             if field_device != value_device:
                 raise RuntimeError(
                     f"IntQuantTensor: value and metadata are on different devices: value is on "
-                    f"{value_device} but {name} is on {field_device}")
+                    f"{value_device} but {name} is on {field_device}"
+                )
         return value_device
 
     @classmethod
-    def __torch_function__(cls, func: Callable, types: Any, args: Sequence[Any] = (),
-                           kwargs: Optional[Dict[str, Any]] = None) -> Any:
+    def __torch_function__(
+        cls,
+        func: Callable,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: Optional[Dict[str, Any]] = None,
+    ) -> Any:
         if kwargs is None:
             kwargs = {}
         if func in INT_QUANT_TENSOR_FN_HANDLER:
@@ -164,7 +178,8 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             zero_point=output_zero_point,
             bit_width=output_bit_width,
             signed=first.signed,
-            training=output_training)
+            training=output_training,
+        )
 
     # ---- arithmetic (https://docs.python.org/3/reference/datamodel.html#emulating-numeric-types)
 
@@ -184,7 +199,8 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             zero_point=neg_zero_point,
             bit_width=self.bit_width if self.signed else self.bit_width + 1,
             signed=True,
-            training=self.training)
+            training=self.training,
+        )
 
     def __add__(self, other: Any) -> Any:
         """With an IntQuantTensor: the sum on the mean grid (scales must match in eval), zero points
@@ -198,9 +214,13 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             output_scale = (self.scale + other.scale) / 2
             output_zero_point = self.zero_point + other.zero_point
             max_val = max_int(signed=self.signed, narrow_range=False, bit_width=self.bit_width)
-            max_val = max_val + max_int(signed=other.signed, narrow_range=False, bit_width=other.bit_width)
+            max_val = max_val + max_int(
+                signed=other.signed, narrow_range=False, bit_width=other.bit_width
+            )
             min_val = min_int(signed=self.signed, narrow_range=False, bit_width=self.bit_width)
-            min_val = min_val + min_int(signed=other.signed, narrow_range=False, bit_width=other.bit_width)
+            min_val = min_val + min_int(
+                signed=other.signed, narrow_range=False, bit_width=other.bit_width
+            )
             output_bit_width = ceil_ste(torch.log2(max_val - min_val))
             return IntQuantTensor(
                 value=output_value,
@@ -208,7 +228,8 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
                 zero_point=output_zero_point,
                 bit_width=output_bit_width,
                 signed=self.signed or other.signed,
-                training=self.training or other.training)
+                training=self.training or other.training,
+            )
         if isinstance(other, QuantTensor):
             return self.value + _unpack_quant_tensor(other)
         # value + c = (int - (zero_point - c / scale)) * scale: same integers, moved zero point.
@@ -218,7 +239,8 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             zero_point=self.zero_point - other / self.scale,
             bit_width=self.bit_width,
             signed=self.signed,
-            training=self.training)
+            training=self.training,
+        )
 
     def __mul__(self, other: Any) -> Any:
         """With an IntQuantTensor (both zero points zero): scales multiply, bit widths add.
@@ -233,7 +255,8 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             zero_point=self.zero_point * other.zero_point,
             bit_width=self.bit_width + other.bit_width,
             signed=self.signed or other.signed,
-            training=self.training or other.training)
+            training=self.training or other.training,
+        )
 
     def __rmul__(self, other: Any) -> Any:
         # Defined here because tuple.__rmul__ (repetition) comes first in the MRO: in Brevitas
@@ -255,13 +278,15 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             zero_point=self.zero_point * other.zero_point,
             bit_width=self.bit_width + other.bit_width,
             signed=self.signed or other.signed,
-            training=self.training or other.training)
+            training=self.training or other.training,
+        )
 
     def _check_zero_zero_points(self, other: "IntQuantTensor", op: str) -> None:
         if not (self.is_zero_zero_point(self) and self.is_zero_zero_point(other)):
             raise RuntimeError(
                 f"IntQuantTensor {op}: zero points of the operands must be zero, got "
-                f"{_describe(self.zero_point)} and {_describe(other.zero_point)}")
+                f"{_describe(self.zero_point)} and {_describe(other.zero_point)}"
+            )
 
     def __abs__(self) -> "IntQuantTensor":
         """|value| as an unsigned tensor with one bit less (Brevitas's rule; a signed minimum
@@ -279,12 +304,15 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
             zero_point=self.zero_point if zero_zp else torch.zeros_like(self.zero_point),
             bit_width=self.bit_width - 1,
             signed=False,
-            training=self.training)
+            training=self.training,
+        )
 
     def __pos__(self) -> "IntQuantTensor":
         return self
 
     def __str__(self) -> str:
-        return (f"IntQuantTensor(value={self.value}, scale={self.scale}, "
-                f"zero_point={self.zero_point}, bit_width={self.bit_width}, "
-                f"signed_t={self.signed_t}, training_t={self.training_t})")
+        return (
+            f"IntQuantTensor(value={self.value}, scale={self.scale}, "
+            f"zero_point={self.zero_point}, bit_width={self.bit_width}, "
+            f"signed_t={self.signed_t}, training_t={self.training_t})"
+        )

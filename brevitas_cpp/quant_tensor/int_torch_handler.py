@@ -13,11 +13,15 @@ from operator import mul
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from torch import Tensor
 import torch.nn.functional as F
+from torch import Tensor
 
 from brevitas_cpp.function import ceil_ste, max_int
-from brevitas_cpp.function.shape import accumulator_channel_dim, accumulator_scale, channel_view_shape
+from brevitas_cpp.function.shape import (
+    accumulator_channel_dim,
+    accumulator_scale,
+    channel_view_shape,
+)
 from brevitas_cpp.quant_tensor.base_quant_tensor import (
     IntQuantTensorBase,
     QuantTensor,
@@ -51,39 +55,55 @@ def implements_int_qt(torch_function: Callable) -> Callable[[Callable], Callable
 
 def _check_same_device(where: str, **tensors: Any) -> None:
     """Raise if the given tensors (QuantTensors, tensors or None) are not all on one device."""
-    devices = [(name, _unpack_quant_tensor(t).device)
-               for name, t in tensors.items() if isinstance(t, (Tensor, QuantTensor))]
+    devices = [
+        (name, _unpack_quant_tensor(t).device)
+        for name, t in tensors.items()
+        if isinstance(t, (Tensor, QuantTensor))
+    ]
     for name, device in devices[1:]:
         if device != devices[0][1]:
             raise RuntimeError(
                 f"{where}: {devices[0][0]} is on {devices[0][1]} but {name} is on {device}; "
-                f"move them to one device first")
+                f"move them to one device first"
+            )
 
 
 # ---- accumulator bit widths --------------------------------------------------------------------
 
 
+def _bits_of_largest_sum(
+    input_bit_width: Tensor, weight_bit_width: Tensor, *term_counts: int
+) -> Tensor:
+    """ceil(log2(max input * max weight * the term counts, multiplied in the order given)): the
+    bits of the largest unsigned accumulator (Brevitas's order, which float rounding can see)."""
+    max_uint = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
+    max_uint = max_uint * max_int(bit_width=weight_bit_width, signed=False, narrow_range=False)
+    for count in term_counts:
+        max_uint = max_uint * count
+    return ceil_ste(torch.log2(max_uint))
+
+
 def max_acc_bit_width_convNd(
-        input_bit_width: Tensor, weight_bit_width: Tensor, weight_shape: Sequence[int], *args: Any,
-        **kwargs: Any) -> Tensor:
+    input_bit_width: Tensor,
+    weight_bit_width: Tensor,
+    weight_shape: Sequence[int],
+    *args: Any,
+    **kwargs: Any,
+) -> Tensor:
     """Bits of the largest unsigned sum of in_channels * kernel_size products."""
-    max_uint_input = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
-    max_kernel_val = max_int(bit_width=weight_bit_width, signed=False, narrow_range=False)
-    in_channel = weight_shape[1]
     kernel_size = math.prod(weight_shape[2:])
-    max_uint_output = max_uint_input * max_kernel_val * kernel_size * in_channel
-    return ceil_ste(torch.log2(max_uint_output))
+    return _bits_of_largest_sum(input_bit_width, weight_bit_width, kernel_size, weight_shape[1])
 
 
 def max_acc_bit_width_linear(
-        input_bit_width: Tensor, weight_bit_width: Tensor, weight_shape: Sequence[int], *args: Any,
-        **kwargs: Any) -> Tensor:
+    input_bit_width: Tensor,
+    weight_bit_width: Tensor,
+    weight_shape: Sequence[int],
+    *args: Any,
+    **kwargs: Any,
+) -> Tensor:
     """Bits of the largest unsigned sum of in_features products."""
-    max_uint_input = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
-    max_kernel_val = max_int(bit_width=weight_bit_width, signed=False, narrow_range=False)
-    in_channel = weight_shape[1]
-    max_uint_output = max_uint_input * max_kernel_val * in_channel
-    return ceil_ste(torch.log2(max_uint_output))
+    return _bits_of_largest_sum(input_bit_width, weight_bit_width, weight_shape[1])
 
 
 def _per_dim(value: Union[int, Sequence[int]], n: int) -> List[int]:
@@ -95,21 +115,21 @@ def _per_dim(value: Union[int, Sequence[int]], n: int) -> List[int]:
 
 
 def max_acc_bit_width_convtransposeNd(
-        input_bit_width: Tensor, weight_bit_width: Tensor, weight_shape: Sequence[int], *args: Any,
-        **kwargs: Any) -> Tensor:
+    input_bit_width: Tensor,
+    weight_bit_width: Tensor,
+    weight_shape: Sequence[int],
+    *args: Any,
+    **kwargs: Any,
+) -> Tensor:
     """Brevitas's bound for a transposed convolution: weight_shape[1] channels times the sum over
     spatial dims of ceil(kernel / stride) (at least 1) overlapping products. Needs stride= (an int
     or one per spatial dim)."""
     kernel_shape = weight_shape[2:]
-    stride = _per_dim(kwargs['stride'], len(kernel_shape))
-    max_uint_input = max_int(bit_width=input_bit_width, signed=False, narrow_range=False)
-    max_kernel_val = max_int(bit_width=weight_bit_width, signed=False, narrow_range=False)
-    out_channel = weight_shape[1]
+    stride = _per_dim(kwargs["stride"], len(kernel_shape))
     patch_size = 0
     for s, k in zip(stride, kernel_shape):
         patch_size += max(math.ceil(k / s), 1)
-    max_uint_output = max_uint_input * max_kernel_val * patch_size * out_channel
-    return ceil_ste(torch.log2(max_uint_output))
+    return _bits_of_largest_sum(input_bit_width, weight_bit_width, patch_size, weight_shape[1])
 
 
 def max_acc_bit_width_avg_pool2d(input_bit_width: Tensor, avg_scaling: int) -> Tensor:
@@ -135,71 +155,89 @@ FN_ACC_BITWIDTH_MAPPING: Dict[Callable, Callable] = {
 
 
 def quant_output_scale_impl(
-        fn: Callable, inp: Tensor, quant_input_scale: Tensor,
-        quant_weight_scale: Tensor) -> Optional[Tensor]:
+    fn: Callable, inp: Tensor, quant_input_scale: Tensor, quant_weight_scale: Tensor
+) -> Optional[Tensor]:
     """The accumulator scale of fn's output (brevitas_cpp.function.shape.accumulator_scale)."""
-    return accumulator_scale(quant_input_scale, quant_weight_scale, inp.dim(),
-                             accumulator_channel_dim(fn == F.linear))
+    return accumulator_scale(
+        quant_input_scale, quant_weight_scale, inp.dim(), accumulator_channel_dim(fn == F.linear)
+    )
 
 
 def quant_layer(
-        fn: Callable, quant_input: Any, quant_weight: Any, bias: Any, *args: Any,
-        **kwargs: Any) -> Any:
+    fn: Callable, quant_input: Any, quant_weight: Any, bias: Any, *args: Any, **kwargs: Any
+) -> Any:
     """fn on the values; an IntQuantTensor accumulator when input and weight are both
     IntQuantTensors with zero zero points, otherwise the plain output tensor.
 
     A bias that is not already on the accumulator grid (plain, or quantized with another scale)
     is represented through the zero point: -bias / output_scale."""
     _check_same_device(
-        f"{fn.__name__} on an IntQuantTensor", input=quant_input, weight=quant_weight, bias=bias)
+        f"{fn.__name__} on an IntQuantTensor", input=quant_input, weight=quant_weight, bias=bias
+    )
     output = fn(
         _unpack_quant_tensor(quant_input),
         _unpack_quant_tensor(quant_weight),
         _unpack_quant_tensor(bias),
         *args,
-        **kwargs)
-    if not (isinstance(quant_input, IntQuantTensorBase) and isinstance(quant_weight, IntQuantTensorBase)):
+        **kwargs,
+    )
+    if not (
+        isinstance(quant_input, IntQuantTensorBase) and isinstance(quant_weight, IntQuantTensorBase)
+    ):
         return output
 
     max_acc_bit_width = FN_ACC_BITWIDTH_MAPPING[fn]
     output_bit_width = max_acc_bit_width(
-        quant_input.bit_width, quant_weight.bit_width, quant_weight.value.shape, *args, **kwargs)
-    output_scale = quant_output_scale_impl(fn, quant_input.value, quant_input.scale, quant_weight.scale)
+        quant_input.bit_width, quant_weight.bit_width, quant_weight.value.shape, *args, **kwargs
+    )
+    output_scale = quant_output_scale_impl(
+        fn, quant_input.value, quant_input.scale, quant_weight.scale
+    )
     output_signed = quant_input.signed or quant_weight.signed
     output_training = quant_input.training or quant_weight.training
     output_zero_point = None
 
     if bias is not None:
         bias_is_quant = isinstance(bias, IntQuantTensorBase)
-        if output_scale is not None and (not bias_is_quant or
-                                         not torch.allclose(bias.scale, output_scale)):
+        if output_scale is not None and (
+            not bias_is_quant or not torch.allclose(bias.scale, output_scale)
+        ):
             # The channel dim of the output scale (Brevitas 0.12 always used dim 1 here, which
             # misplaces a linear bias when the input has more than 2 dims).
-            bias_shape = channel_view_shape(quant_input.value.dim(),
-                                            accumulator_channel_dim(fn == F.linear))
+            bias_shape = channel_view_shape(
+                quant_input.value.dim(), accumulator_channel_dim(fn == F.linear)
+            )
             output_zero_point = -_unpack_quant_tensor(bias).view(bias_shape) / output_scale
         if bias_is_quant:
             output_bit_width = torch.where(
-                bias.bit_width > output_bit_width, bias.bit_width, output_bit_width)
+                bias.bit_width > output_bit_width, bias.bit_width, output_bit_width
+            )
             output_bit_width = output_bit_width + 1
 
     if (quant_input.zero_point != 0.0).any() or (quant_weight.zero_point != 0.0).any():
         warnings.warn(
             f"{fn.__name__}: computing the zero point of the output accumulator of operands with "
-            f"non-zero zero points is not supported yet; returning a plain Tensor")
+            f"non-zero zero points is not supported yet; returning a plain Tensor"
+        )
         return output
     if output_scale is None:
         warnings.warn(
             f"{fn.__name__}: the input scale {tuple(quant_input.scale.shape)} and weight scale "
             f"{tuple(quant_weight.scale.shape)} do not broadcast along the output channels; "
-            f"could not compute the output scale, returning a plain Tensor")
+            f"could not compute the output scale, returning a plain Tensor"
+        )
         return output
     if output_zero_point is None:
         output_zero_point = torch.zeros(1).type_as(output)
     # The operands' own type: this module is imported by the IntQuantTensor class it serves.
     return type(quant_input)(
-        output, scale=output_scale, zero_point=output_zero_point, bit_width=output_bit_width,
-        signed=output_signed, training=output_training)
+        output,
+        scale=output_scale,
+        zero_point=output_zero_point,
+        bit_width=output_bit_width,
+        signed=output_signed,
+        training=output_training,
+    )
 
 
 @implements_int_qt(torch.cat)
@@ -229,17 +267,26 @@ del _conv
 def _register_conv_transpose(fn: Callable) -> None:
     # Arguments are bound to keywords so the bit width bound finds stride however it was passed.
     def handler(
-            input: Any,  # noqa: A002
-            weight: Any,
-            bias: Any = None,
-            stride: Any = 1,
-            padding: Any = 0,
-            output_padding: Any = 0,
-            groups: int = 1,
-            dilation: Any = 1) -> Any:
+        input: Any,  # noqa: A002
+        weight: Any,
+        bias: Any = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        groups: int = 1,
+        dilation: Any = 1,
+    ) -> Any:
         return quant_layer(
-            fn, input, weight, bias, stride=stride, padding=padding, output_padding=output_padding,
-            groups=groups, dilation=dilation)
+            fn,
+            input,
+            weight,
+            bias,
+            stride=stride,
+            padding=padding,
+            output_padding=output_padding,
+            groups=groups,
+            dilation=dilation,
+        )
 
     handler.__name__ = f"{fn.__name__}_handler"
     INT_QUANT_TENSOR_FN_HANDLER[fn] = handler
@@ -261,9 +308,11 @@ def embedding_handler(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any
         if field.numel() > 1:
             raise RuntimeError(
                 f"embedding on an IntQuantTensor weight: only per-tensor quantization is "
-                f"supported, got {name} of shape {tuple(field.shape)}")
+                f"supported, got {name} of shape {tuple(field.shape)}"
+            )
     return type(weight)(
-        out, weight.scale, weight.zero_point, weight.bit_width, weight.signed, weight.training)
+        out, weight.scale, weight.zero_point, weight.bit_width, weight.signed, weight.training
+    )
 
 
 # ---- average pooling ---------------------------------------------------------------------------
@@ -286,22 +335,30 @@ def _sum_pooled(quant_input: Any, pooled: Tensor, window: int) -> Any:
 
 @implements_int_qt(F.avg_pool2d)
 def avg_pool2d_handler(
-        input: Any,  # noqa: A002
-        kernel_size: Any,
-        stride: Any = None,
-        padding: Any = 0,
-        ceil_mode: bool = False,
-        count_include_pad: bool = True,
-        divisor_override: Optional[int] = None) -> Any:
+    input: Any,  # noqa: A002
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Optional[int] = None,
+) -> Any:
     pooled = F.avg_pool2d(
-        _unpack_quant_tensor(input), kernel_size, stride, padding, ceil_mode, count_include_pad,
-        divisor_override)
+        _unpack_quant_tensor(input),
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
+    )
     window = divisor_override if divisor_override is not None else _kernel_area(kernel_size)
     return _sum_pooled(input, pooled, window)
 
 
 def compute_adaptive_kernel_size_stride(
-        input_shape: Sequence[int], output_shape: Sequence[int]) -> Tuple[List[int], List[int]]:
+    input_shape: Sequence[int], output_shape: Sequence[int]
+) -> Tuple[List[int], List[int]]:
     """Kernel size and stride of the fixed pooling an adaptive pooling amounts to, per spatial dim
     (Brevitas's TruncAdaptiveAvgPool2d.compute_kernel_size_stride)."""
     kernel_sizes, strides = [], []

@@ -57,22 +57,22 @@ def transpose_handler(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A0
 
 # Brevitas 0.12's list. Padding keeps the metadata whatever the pad value (as Brevitas).
 for _fn in (
-        F.pad,
-        F.relu,
-        F.relu6,
-        F.hardtanh,
-        F.alpha_dropout,
-        F.dropout,
-        F.dropout2d,
-        F.dropout3d,
-        F.max_pool1d,
-        F.max_pool2d,
-        F.max_pool3d,
-        F.adaptive_max_pool1d,
-        F.adaptive_max_pool2d,
-        F.adaptive_max_pool3d,
-        F.pixel_shuffle,
-        F.pixel_unshuffle,
+    F.pad,
+    F.relu,
+    F.relu6,
+    F.hardtanh,
+    F.alpha_dropout,
+    F.dropout,
+    F.dropout2d,
+    F.dropout3d,
+    F.max_pool1d,
+    F.max_pool2d,
+    F.max_pool3d,
+    F.adaptive_max_pool1d,
+    F.adaptive_max_pool2d,
+    F.adaptive_max_pool3d,
+    F.pixel_shuffle,
+    F.pixel_unshuffle,
 ):
     _register_invariant(_fn)
 del _fn
@@ -80,13 +80,14 @@ del _fn
 
 @implements(F.interpolate)
 def interpolate_handler(
-        input: Any,  # noqa: A002
-        size: Any = None,
-        scale_factor: Any = None,
-        mode: str = 'nearest',
-        align_corners: Any = None,
-        recompute_scale_factor: Any = None,
-        **kwargs: Any) -> Any:
+    input: Any,  # noqa: A002
+    size: Any = None,
+    scale_factor: Any = None,
+    mode: str = "nearest",
+    align_corners: Any = None,
+    recompute_scale_factor: Any = None,
+    **kwargs: Any,
+) -> Any:
     """Nearest neighbour copies levels (metadata kept); other modes mix them (plain tensor)."""
     call = functools.partial(
         F.interpolate,
@@ -95,9 +96,10 @@ def interpolate_handler(
         mode=mode,
         align_corners=align_corners,
         recompute_scale_factor=recompute_scale_factor,
-        **kwargs)
+        **kwargs,
+    )
     # torch spells it 'nearest-exact'; Brevitas 0.12 tests 'nearest_exact' (which torch
     # rejects), so there nearest-exact returned a plain tensor. Both copy levels: keep metadata.
-    if mode in ('nearest', 'nearest-exact', 'nearest_exact'):
+    if mode in ("nearest", "nearest-exact", "nearest_exact"):
         return quant_invariant_handler(call, input)
     return call(input.value)

@@ -26,8 +26,7 @@ std::tuple<at::Tensor, at::Tensor> _binary_quant_backward(const at::Tensor& grad
 std::tuple<at::Tensor, at::Tensor> _clamped_binary_quant_backward(const at::Tensor& grad, const at::Tensor& x,
                                                                   const at::Tensor& scale,
                                                                   std::array<bool, 2> output_mask) {
-  static auto op =
-      op_handle<decltype(_clamped_binary_quant_backward)>("brevitas_cpp::_clamped_binary_quant_backward");
+  static auto op = op_handle<decltype(_clamped_binary_quant_backward)>("brevitas_cpp::_clamped_binary_quant_backward");
   return op.call(grad, x, scale, output_mask);
 }
 
@@ -50,7 +49,8 @@ void check_scaled_quant_backward_args(const at::Tensor& grad, const at::Tensor& 
 const at::Tensor& binary_quant_backward_input(const at::Tensor& grad, const std::optional<at::Tensor>& x,
                                               std::array<bool, 2> output_mask) {
   const bool has_x = x.has_value() && x->defined();
-  TORCH_CHECK(has_x || !output_mask[1], "brevitas_cpp::_binary_quant_backward: the gradient of scale needs x; "
+  TORCH_CHECK(has_x || !output_mask[1],
+              "brevitas_cpp::_binary_quant_backward: the gradient of scale needs x; "
               "got x = None");
   return has_x ? *x : grad;
 }

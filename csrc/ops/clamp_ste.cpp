@@ -55,10 +55,11 @@ void check_scalar_clamp_args(const at::Tensor& x, double min_val, std::optional<
   check_floating(x, op, "x");
   check_scalar_bounds(min_val, max_val.value_or(std::numeric_limits<double>::infinity()), op);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "check_scalar_clamp_args", [&] {
-    for (const auto& [v, name] : {std::pair{std::optional<double>(min_val), "min_val"}, std::pair{max_val, "max_val"}}) {
+    for (const auto& [v, name] :
+         {std::pair{std::optional<double>(min_val), "min_val"}, std::pair{max_val, "max_val"}}) {
       const bool overflows = v && c10::overflows<scalar_t, double>(*v);
-      TORCH_CHECK(!overflows, "brevitas_cpp::", op, ": ", name, " (", *v,
-                  ") cannot be converted to x's dtype ", x.scalar_type(), " without overflow");
+      TORCH_CHECK(!overflows, "brevitas_cpp::", op, ": ", name, " (", *v, ") cannot be converted to x's dtype ",
+                  x.scalar_type(), " without overflow");
     }
   });
 }

@@ -9,8 +9,8 @@
 namespace brevitas_cpp::ops {
 
 at::Tensor int_quant(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
-                     const at::Tensor& bit_width, bool is_signed, bool narrow_range,
-                     c10::string_view rounding_mode, bool clamp_ste) {
+                     const at::Tensor& bit_width, bool is_signed, bool narrow_range, c10::string_view rounding_mode,
+                     bool clamp_ste) {
   static auto op = op_handle<decltype(int_quant)>("brevitas_cpp::int_quant");
   return op.call(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste);
 }

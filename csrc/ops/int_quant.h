@@ -17,8 +17,8 @@ namespace brevitas_cpp::ops {
 // clamp passes x's gradient straight through (TensorClampSte); without it the clamp masks
 // x's gradient and is differentiable in its bounds (TensorClamp), hence in bit_width.
 at::Tensor int_quant(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
-                     const at::Tensor& bit_width, bool is_signed, bool narrow_range,
-                     c10::string_view rounding_mode, bool clamp_ste);
+                     const at::Tensor& bit_width, bool is_signed, bool narrow_range, c10::string_view rounding_mode,
+                     bool clamp_ste);
 
 // Forward that also returns the bool mask of elements the clamp let through (the only
 // thing backward needs when just x requires grad): one byte per element.

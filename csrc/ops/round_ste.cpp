@@ -6,10 +6,10 @@
 
 namespace brevitas_cpp::ops {
 
-#define BREVITAS_CPP_UNARY_CALL(name)                                                        \
-  at::Tensor name(const at::Tensor& x) {                                                     \
-    static auto op = op_handle<at::Tensor(const at::Tensor&)>("brevitas_cpp::" #name);       \
-    return op.call(x);                                                                       \
+#define BREVITAS_CPP_UNARY_CALL(name)                                                  \
+  at::Tensor name(const at::Tensor& x) {                                               \
+    static auto op = op_handle<at::Tensor(const at::Tensor&)>("brevitas_cpp::" #name); \
+    return op.call(x);                                                                 \
   }
 BREVITAS_CPP_UNARY_CALL(round_ste)
 BREVITAS_CPP_UNARY_CALL(ceil_ste)

@@ -23,8 +23,7 @@ at::Tensor abs_binary_sign_grad(const at::Tensor& x) {
 }
 
 at::Tensor _abs_binary_sign_grad_backward(const at::Tensor& grad, const at::Tensor& x) {
-  static auto op =
-      op_handle<decltype(_abs_binary_sign_grad_backward)>("brevitas_cpp::_abs_binary_sign_grad_backward");
+  static auto op = op_handle<decltype(_abs_binary_sign_grad_backward)>("brevitas_cpp::_abs_binary_sign_grad_backward");
   return op.call(grad, x);
 }
 

@@ -58,11 +58,10 @@ TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {
   m.def("_all_reduce_mean(Tensor x, str group_name) -> Tensor");
   // Conservative aliasing: TorchScript must neither drop the setter (no outputs) nor
   // constant-fold the getter (no inputs); both touch process state.
-  m.def(torch::schema("_set_stats_sync(bool enabled, str? group_name=None) -> ()",
-                      c10::AliasAnalysisKind::CONSERVATIVE),
-        TORCH_FN(set_stats_sync_op));
-  m.def(torch::schema("_get_stats_sync() -> (bool enabled, str? group_name)",
-                      c10::AliasAnalysisKind::CONSERVATIVE),
+  m.def(
+      torch::schema("_set_stats_sync(bool enabled, str? group_name=None) -> ()", c10::AliasAnalysisKind::CONSERVATIVE),
+      TORCH_FN(set_stats_sync_op));
+  m.def(torch::schema("_get_stats_sync() -> (bool enabled, str? group_name)", c10::AliasAnalysisKind::CONSERVATIVE),
         TORCH_FN(get_stats_sync_op));
 }
 

@@ -4,6 +4,7 @@ without the two negations of -min_int, and the flag tensors IntQuantTensor share
 
 import pytest
 import torch
+from helpers import assert_same
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import Abs, Identity, PowerOfTwo, RoundSte
@@ -20,9 +21,10 @@ from brevitas_cpp.core.restrict_val import (
 from brevitas_cpp.core.scaling import IntScaling, PowerOfTwoIntScaling
 from brevitas_cpp.function import max_int, min_int
 from brevitas_cpp.quant_tensor import IntQuantTensor
-from helpers import assert_same
 
-eager_only = pytest.mark.skipif(JIT_ENABLED, reason="scripted blocks cannot change a submodule's type")
+eager_only = pytest.mark.skipif(
+    JIT_ENABLED, reason="scripted blocks cannot change a submodule's type"
+)
 
 X = torch.tensor([-2.5, -1.5, -0.5, -0.0, 0.0, 1e-12, 0.5, 1.5, 2.5])
 
@@ -32,19 +34,37 @@ X = torch.tensor([-2.5, -1.5, -0.5, -0.0, 0.0, 1e-12, 0.5, 1.5, 2.5])
 
 def test_identity_flags_follow_the_blocks_given():
     plain = _RestrictClampValue()
-    assert (plain.restrict_is_identity, plain.clamp_is_identity, plain.abs_is_identity) == (True, True, False)
+    assert (plain.restrict_is_identity, plain.clamp_is_identity, plain.abs_is_identity) == (
+        True,
+        True,
+        False,
+    )
     full = _RestrictClampValue(1e-3, LogFloatRestrictValue(), is_unsigned=False)
-    assert (full.restrict_is_identity, full.clamp_is_identity, full.abs_is_identity) == (False, False, True)
+    assert (full.restrict_is_identity, full.clamp_is_identity, full.abs_is_identity) == (
+        False,
+        False,
+        True,
+    )
     assert _RestrictValue(FloatRestrictValue()).restrict_is_identity
     assert not _RestrictValue(LogFloatRestrictValue()).restrict_is_identity
     assert _ClampValue(None).clamp_is_identity and not _ClampValue(0.1).clamp_is_identity
     assert _AbsValue(False).abs_is_identity and not _AbsValue(True).abs_is_identity
 
 
-@pytest.mark.parametrize("block", [
-    _RestrictClampValue(), _RestrictClampValue(1e-3, LogFloatRestrictValue(), is_unsigned=False),
-    _RestrictValue(None), _RestrictValue(LogFloatRestrictValue()), _ClampValue(None), _ClampValue(0.75),
-    _AbsValue(True), _AbsValue(False)], ids=lambda b: type(b).__name__)
+@pytest.mark.parametrize(
+    "block",
+    [
+        _RestrictClampValue(),
+        _RestrictClampValue(1e-3, LogFloatRestrictValue(), is_unsigned=False),
+        _RestrictValue(None),
+        _RestrictValue(LogFloatRestrictValue()),
+        _ClampValue(None),
+        _ClampValue(0.75),
+        _AbsValue(True),
+        _AbsValue(False),
+    ],
+    ids=lambda b: type(b).__name__,
+)
 def test_skipping_keeps_values_and_gradients(block):
     """Each block equals the plain chain of its submodules, called one after the other."""
     chain = [getattr(block, name) for name, _ in type(block).IDENTITY_SLOTS]
@@ -65,10 +85,10 @@ def test_replacing_an_identity_after_construction_takes_effect():
     block = _RestrictClampValue()
     block.restrict_value_impl = PowerOfTwo()  # no longer an identity: must be called
     assert not block.restrict_is_identity
-    assert_same(block(X), torch.abs(2.0 ** X))
+    assert_same(block(X), torch.abs(2.0**X))
     block.apply_abs = Identity()
     assert block.abs_is_identity
-    assert_same(block(X), 2.0 ** X)
+    assert_same(block(X), 2.0**X)
     value = _RestrictValue(None)
     value.restrict_value_impl = Abs()
     assert_same(value(X), torch.abs(X))

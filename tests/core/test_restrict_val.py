@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from helpers import rand
 
 from brevitas_cpp import config, jit
 from brevitas_cpp.core.function_wrapper import CeilSte, FloorSte, Identity, InplaceLogTwo, LogTwo
@@ -18,7 +19,6 @@ from brevitas_cpp.core.restrict_val import (
     _RestrictClampValue,
     _RestrictValue,
 )
-from helpers import rand
 
 X = torch.tensor([-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.7])
 
@@ -45,7 +45,7 @@ def test_float_restrict_value_is_identity():
 def test_log_float_restrict_value():
     r = LogFloatRestrictValue()
     x = rand((20,), seed=1, spread=3.0)
-    assert torch.equal(r(x), 2.0 ** x)
+    assert torch.equal(r(x), 2.0**x)
     assert r.restrict_init_float(8.0) == 3.0
     assert r.restrict_init_float(0.37) == math.log2(0.37)
     pos = x.abs() + 0.1
@@ -57,7 +57,7 @@ def test_log_float_restrict_value():
     assert r.restrict_init_inplace_module()(inplace) is inplace
     assert torch.equal(inplace, torch.log2(pos))
     y, g = _grad(r, x)
-    assert torch.equal(g, (2.0 ** x) * math.log(2.0))
+    assert torch.equal(g, (2.0**x) * math.log(2.0))
 
 
 def test_int_restrict_value_rounds_half_even_with_ste():
@@ -70,8 +70,9 @@ def test_int_restrict_value_rounds_half_even_with_ste():
     assert torch.equal(IntRestrictValue(CeilSte())(X), torch.ceil(X))
 
 
-@pytest.mark.parametrize("float_to_int,rnd", [(None, torch.round), (CeilSte(), torch.ceil),
-                                               (FloorSte(), torch.floor)])
+@pytest.mark.parametrize(
+    "float_to_int,rnd", [(None, torch.round), (CeilSte(), torch.ceil), (FloorSte(), torch.floor)]
+)
 def test_power_of_two_restrict_value(float_to_int, rnd):
     r = PowerOfTwoRestrictValue() if float_to_int is None else PowerOfTwoRestrictValue(float_to_int)
     x = rand((30,), seed=2, spread=4.0)
@@ -85,7 +86,12 @@ def test_power_of_two_restrict_value(float_to_int, rnd):
 
 
 def test_restrict_values_have_no_state():
-    for r in (FloatRestrictValue(), LogFloatRestrictValue(), IntRestrictValue(), PowerOfTwoRestrictValue()):
+    for r in (
+        FloatRestrictValue(),
+        LogFloatRestrictValue(),
+        IntRestrictValue(),
+        PowerOfTwoRestrictValue(),
+    ):
         assert r.state_dict() == {}
         assert list(r.parameters()) == []
 
@@ -112,7 +118,7 @@ def test_restrict_clamp_value_restricts_before_clamping():
     # 2 ** x first, then the bound applies to the scale (not to the log-domain value).
     block = _RestrictClampValue(0.3, LogFloatRestrictValue())
     x = torch.tensor([-3.0, -1.0, 0.5])
-    assert torch.equal(block(x), torch.tensor([0.3, 0.5, 2.0 ** 0.5]))
+    assert torch.equal(block(x), torch.tensor([0.3, 0.5, 2.0**0.5]))
 
 
 class AbsMaxLike:
@@ -130,7 +136,9 @@ def test_restrict_clamp_value_defaults():
     assert torch.equal(block(V), V.abs())
     # A zero bound is no bound; a negative one bounds |x| by its magnitude.
     assert isinstance(_RestrictClampValue(0.0).clamp_min_ste, Identity)
-    assert torch.equal(_RestrictClampValue(-0.5, None, False)(V), torch.tensor([-2.0, -0.5, 0.5, 0.5, 3.0]))
+    assert torch.equal(
+        _RestrictClampValue(-0.5, None, False)(V), torch.tensor([-2.0, -0.5, 0.5, 0.5, 3.0])
+    )
     # Injection may pass a truthy non-bool as is_unsigned.
     assert torch.equal(_RestrictClampValue(None, None, AbsMaxLike.is_scale_unsigned)(V), V.abs())
 
@@ -151,7 +159,9 @@ def test_restrict_clamp_value_exposes_its_parts_when_nested():
     pre = parent.restrict_clamp_scaling.restrict_value_impl.restrict_init_module()
     assert isinstance(pre, LogTwo)
     assert parent.restrict_clamp_scaling.restrict_value_impl.restrict_init_float(4.0) == 2.0
-    assert torch.equal(parent.restrict_clamp_scaling.clamp_min_ste(torch.tensor([0.0])), torch.tensor([1e-3]))
+    assert torch.equal(
+        parent.restrict_clamp_scaling.clamp_min_ste(torch.tensor([0.0])), torch.tensor([1e-3])
+    )
     # 2 ** round(-20) is below the bound; 2 ** round(1.4) = 2.
     assert torch.equal(parent(torch.tensor([-20.0, 1.4])), torch.tensor([1e-3, 2.0]))
 
@@ -171,8 +181,12 @@ def test_restrict_value_clamp_value_abs_value():
 
 
 def test_wrappers_have_no_state():
-    for block in (_RestrictClampValue(0.1, PowerOfTwoRestrictValue()), _RestrictValue(None), _ClampValue(0.1),
-                  _AbsValue()):
+    for block in (
+        _RestrictClampValue(0.1, PowerOfTwoRestrictValue()),
+        _RestrictValue(None),
+        _ClampValue(0.1),
+        _AbsValue(),
+    ):
         assert block.state_dict() == {}
         assert block.load_state_dict({}, strict=True).missing_keys == []
 
@@ -180,30 +194,71 @@ def test_wrappers_have_no_state():
 # ---- bad input and scripting ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("build,error,match", [
-    (lambda: _RestrictClampValue(float("nan")), ValueError,
-     r"_RestrictClampValue: scaling_min_val must be finite, got nan"),
-    (lambda: _ClampValue(float("inf")), ValueError, r"_ClampValue: scaling_min_val must be finite, got inf"),
-    (lambda: _ClampValue("1e-3"), TypeError, r"_ClampValue: scaling_min_val must be a real number or None"),
-    (lambda: _RestrictClampValue(None, "log"), TypeError,
-     r"_RestrictClampValue: restrict_value_impl must be a torch.nn.Module, got 'log'"),
-    (lambda: _RestrictValue(3), TypeError, r"_RestrictValue: restrict_value_impl must be a torch.nn.Module"),
-    (lambda: IntRestrictValue(torch.round), TypeError,
-     r"IntRestrictValue: restrict_value_float_to_int_impl must be a torch.nn.Module"),
-    (lambda: PowerOfTwoRestrictValue(None), TypeError,
-     r"PowerOfTwoRestrictValue: restrict_value_float_to_int_impl must be a torch.nn.Module"),
-    (lambda: LogFloatRestrictValue().restrict_init_float(0.0), ValueError,
-     r"LogFloatRestrictValue: restrict_init_float needs a positive value .* got 0.0"),
-    (lambda: PowerOfTwoRestrictValue().restrict_init_float(-1.0), ValueError,
-     r"PowerOfTwoRestrictValue: restrict_init_float needs a positive value .* got -1.0"),
-])
+@pytest.mark.parametrize(
+    "build,error,match",
+    [
+        (
+            lambda: _RestrictClampValue(float("nan")),
+            ValueError,
+            r"_RestrictClampValue: scaling_min_val must be finite, got nan",
+        ),
+        (
+            lambda: _ClampValue(float("inf")),
+            ValueError,
+            r"_ClampValue: scaling_min_val must be finite, got inf",
+        ),
+        (
+            lambda: _ClampValue("1e-3"),
+            TypeError,
+            r"_ClampValue: scaling_min_val must be a real number or None",
+        ),
+        (
+            lambda: _RestrictClampValue(None, "log"),
+            TypeError,
+            r"_RestrictClampValue: restrict_value_impl must be a torch.nn.Module, got 'log'",
+        ),
+        (
+            lambda: _RestrictValue(3),
+            TypeError,
+            r"_RestrictValue: restrict_value_impl must be a torch.nn.Module",
+        ),
+        (
+            lambda: IntRestrictValue(torch.round),
+            TypeError,
+            r"IntRestrictValue: restrict_value_float_to_int_impl must be a torch.nn.Module",
+        ),
+        (
+            lambda: PowerOfTwoRestrictValue(None),
+            TypeError,
+            r"PowerOfTwoRestrictValue: restrict_value_float_to_int_impl must be a torch.nn.Module",
+        ),
+        (
+            lambda: LogFloatRestrictValue().restrict_init_float(0.0),
+            ValueError,
+            r"LogFloatRestrictValue: restrict_init_float needs a positive value .* got 0.0",
+        ),
+        (
+            lambda: PowerOfTwoRestrictValue().restrict_init_float(-1.0),
+            ValueError,
+            r"PowerOfTwoRestrictValue: restrict_init_float needs a positive value .* got -1.0",
+        ),
+    ],
+)
 def test_bad_input(build, error, match):
     with pytest.raises(error, match=match):
         build()
 
 
 def test_blocks_follow_jit_switch():
-    blocks = [FloatRestrictValue(), LogFloatRestrictValue(), IntRestrictValue(), PowerOfTwoRestrictValue(),
-              _RestrictClampValue(0.1), _RestrictValue(None), _ClampValue(0.1), _AbsValue()]
+    blocks = [
+        FloatRestrictValue(),
+        LogFloatRestrictValue(),
+        IntRestrictValue(),
+        PowerOfTwoRestrictValue(),
+        _RestrictClampValue(0.1),
+        _RestrictValue(None),
+        _ClampValue(0.1),
+        _AbsValue(),
+    ]
     for block in blocks:
         assert isinstance(block, torch.jit.ScriptModule) == config.JIT_ENABLED

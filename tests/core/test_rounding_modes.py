@@ -19,16 +19,18 @@ REFERENCE = {
     "floor": torch.floor,
     "ceil": torch.ceil,
     "round_to_zero": torch.trunc,
-    "dpu": lambda x: torch.where((x < 0) & (x - torch.floor(x) == 0.5), torch.ceil(x),
-                                 torch.round(x)),
+    "dpu": lambda x: torch.where(
+        (x < 0) & (x - torch.floor(x) == 0.5), torch.ceil(x), torch.round(x)
+    ),
 }
 X = torch.tensor([-2.5, -1.5, -0.5, -0.25, 0.0, 0.25, 0.5, 1.5, 2.5, 3.7, -3.7])
 
 
 def _op_modes():
     with pytest.raises(RuntimeError) as info:
-        torch.ops.brevitas_cpp.int_quant(X, torch.tensor(1.0), torch.tensor(0.0),
-                                         torch.tensor(8.0), True, False, "no-such-mode")
+        torch.ops.brevitas_cpp.int_quant(
+            X, torch.tensor(1.0), torch.tensor(0.0), torch.tensor(8.0), True, False, "no-such-mode"
+        )
     accepted = re.search(r"accepted \(case-insensitive\): (.*)", str(info.value)).group(1)
     return {m.strip() for m in accepted.split(",")}
 
@@ -42,7 +44,8 @@ def test_table_has_exactly_the_modes_of_the_op():
 def test_block_and_op_round_as_the_mode_says(impl, mode):
     expected = REFERENCE[mode](X)
     assert torch.equal(impl()(X), expected)
-    op = torch.ops.brevitas_cpp.int_quant(X, torch.tensor(1.0), torch.tensor(0.0),
-                                          torch.tensor(8.0), True, False, mode)
+    op = torch.ops.brevitas_cpp.int_quant(
+        X, torch.tensor(1.0), torch.tensor(0.0), torch.tensor(8.0), True, False, mode
+    )
     assert torch.equal(op, expected)
     assert solve_float_to_int_impl_from_enum(FloatToIntImplType[mode.upper()]) is impl

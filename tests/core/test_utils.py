@@ -13,7 +13,6 @@ from brevitas_cpp.core.utils import (
 
 
 class Holder(torch.nn.Module):
-
     def __init__(self):
         super().__init__()
         self.const = StatelessBuffer(torch.tensor([1.0, 2.0]))
@@ -53,6 +52,9 @@ def test_inplace_momentum_update(momentum):
 
 
 def test_blocks_follow_jit_switch():
-    for block in (StatelessBuffer(torch.ones(1)), SingleArgStatelessBuffer(1.0),
-                  ParameterWrapper(torch.ones(1))):
+    for block in (
+        StatelessBuffer(torch.ones(1)),
+        SingleArgStatelessBuffer(1.0),
+        ParameterWrapper(torch.ones(1)),
+    ):
         assert isinstance(block, torch.jit.ScriptModule) == config.JIT_ENABLED

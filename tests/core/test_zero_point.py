@@ -50,7 +50,7 @@ class RefIntQuant(jit.ScriptModule):
     def max_int(self, bit_width: Tensor) -> Tensor:
         if self.signed:
             return 2.0 ** (bit_width - 1) - 1.0
-        return 2.0 ** bit_width - 2.0 if self.narrow_range else 2.0 ** bit_width - 1.0
+        return 2.0**bit_width - 2.0 if self.narrow_range else 2.0**bit_width - 1.0
 
     @jit.script_method
     def to_int(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:
@@ -73,11 +73,12 @@ def ref_min_int(signed: bool, bit_width: Tensor) -> Tensor:
 
 
 def ref_max_int(signed: bool, bit_width: Tensor) -> Tensor:
-    return 2.0 ** (bit_width - 1) - 1.0 if signed else 2.0 ** bit_width - 1.0
+    return 2.0 ** (bit_width - 1) - 1.0 if signed else 2.0**bit_width - 1.0
 
 
-def ref_scale_shift(z: Tensor, scale: Tensor, bit_width: Tensor, signed: bool,
-                    quantize: bool) -> Tensor:
+def ref_scale_shift(
+    z: Tensor, scale: Tensor, bit_width: Tensor, signed: bool, quantize: bool
+) -> Tensor:
     low = ref_min_int(signed, bit_width)
     y = z / scale + low
     if not quantize:
@@ -98,7 +99,6 @@ class NegativeMinOverTensor(jit.ScriptModule):
 
 
 class NegativeMinOverDim1(jit.ScriptModule):
-
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         m = torch.min(x, dim=1)[0]
@@ -137,7 +137,9 @@ def test_zero_zero_point():
     assert_scripted(block)
     out = block(torch.randn(3), SCALE, BIT_WIDTH)
     assert torch.equal(out, torch.tensor(0.0)) and not out.requires_grad
-    assert ZeroZeroPoint(dtype=torch.float64)(torch.randn(3), SCALE, BIT_WIDTH).dtype == torch.float64
+    assert (
+        ZeroZeroPoint(dtype=torch.float64)(torch.randn(3), SCALE, BIT_WIDTH).dtype == torch.float64
+    )
     assert block.state_dict() == {}
     assert block.load_state_dict({}, strict=True).missing_keys == []
 
@@ -156,7 +158,9 @@ def test_scale_shift_zero_point(quantize, signed):
     assert torch.equal(out, expected)
     if quantize:
         # Rounded and clamped into the integer range.
-        assert torch.equal(out, torch.round(out)) and bool((out <= ref_max_int(signed, BIT_WIDTH)).all())
+        assert torch.equal(out, torch.round(out)) and bool(
+            (out <= ref_max_int(signed, BIT_WIDTH)).all()
+        )
     g = torch.randn(4)
     out.backward(g)
     expected.backward(g)
@@ -165,11 +169,15 @@ def test_scale_shift_zero_point(quantize, signed):
 
 
 def test_scale_shift_zero_point_bad_arguments():
-    with pytest.raises(TypeError, match=r"_ScaleShiftZeroPoint: int_quant must be an integer "
-                                        r"quantizer \(a module with min_int\(\) and to_int\(\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"_ScaleShiftZeroPoint: int_quant must be an integer "
+        r"quantizer \(a module with min_int\(\) and to_int\(\)",
+    ):
         _ScaleShiftZeroPoint(torch.nn.Identity(), False)
-    with pytest.raises(TypeError, match="_ScaleShiftZeroPoint: quantize_zero_point must be a bool, "
-                                        "got 'no'"):
+    with pytest.raises(
+        TypeError, match="_ScaleShiftZeroPoint: quantize_zero_point must be a bool, got 'no'"
+    ):
         _ScaleShiftZeroPoint(RefIntQuant(False), "no")
 
 
@@ -184,9 +192,16 @@ def test_stats_from_parameter_zero_point(quantize, per_channel, affine):
     wp = torch.nn.Parameter(weight())
     shape = (4, 1, 1) if per_channel else ()
     block = StatsFromParameterZeroPoint(
-        RefIntQuant(False), quantize, OverOutputChannelView() if per_channel else OverTensorView(),
-        0, NegativeMinOverDim1() if per_channel else NegativeMinOverTensor(), shape, [wp],
-        zero_point_affine_rescaling_init=rescale, zero_point_affine_shifting_init=shift)
+        RefIntQuant(False),
+        quantize,
+        OverOutputChannelView() if per_channel else OverTensorView(),
+        0,
+        NegativeMinOverDim1() if per_channel else NegativeMinOverTensor(),
+        shape,
+        [wp],
+        zero_point_affine_rescaling_init=rescale,
+        zero_point_affine_shifting_init=shift,
+    )
     assert_scripted(block)
     scale = PER_CHANNEL_SCALE if per_channel else SCALE
     out = block(wp, scale, BIT_WIDTH)
@@ -206,8 +221,10 @@ def test_stats_from_parameter_zero_point(quantize, per_channel, affine):
         affine_block = block.affine_rescaling
         assert_grad_close(affine_block.affine_weight.grad, params[0].grad)
         assert_grad_close(affine_block.affine_bias.value.grad, params[1].grad)
-        assert sorted(block.state_dict()) == ["affine_rescaling.affine_bias.value",
-                                              "affine_rescaling.affine_weight"]
+        assert sorted(block.state_dict()) == [
+            "affine_rescaling.affine_bias.value",
+            "affine_rescaling.affine_weight",
+        ]
     else:
         assert block.state_dict() == {}
 
@@ -215,16 +232,34 @@ def test_stats_from_parameter_zero_point(quantize, per_channel, affine):
 def test_stats_from_parameter_zero_point_custom_scale_shift_and_errors():
     wp = torch.nn.Parameter(weight())
     custom = _ScaleShiftZeroPoint(RefIntQuant(True), True)
-    block = StatsFromParameterZeroPoint(None, None, OverTensorView(), 0, NegativeMinOverTensor(), (),
-                                        [wp], scale_shift_zero_point_impl=custom)
+    block = StatsFromParameterZeroPoint(
+        None,
+        None,
+        OverTensorView(),
+        0,
+        NegativeMinOverTensor(),
+        (),
+        [wp],
+        scale_shift_zero_point_impl=custom,
+    )
     assert block.scale_shift_zero_point is custom
     expected = ref_scale_shift(-ref_negative_min(wp.detach(), False), SCALE, BIT_WIDTH, True, True)
     assert torch.equal(block(wp, SCALE, BIT_WIDTH), expected)
-    with pytest.raises(RuntimeError, match=r"StatsFromParameterZeroPoint: enabling shifting of the "
-                                           r"zero point \(zero_point_affine_shifting_init=0.1\)"):
-        StatsFromParameterZeroPoint(RefIntQuant(False), False, OverTensorView(), 0,
-                                    NegativeMinOverTensor(), (), [wp],
-                                    zero_point_affine_shifting_init=0.1)
+    with pytest.raises(
+        RuntimeError,
+        match=r"StatsFromParameterZeroPoint: enabling shifting of the "
+        r"zero point \(zero_point_affine_shifting_init=0.1\)",
+    ):
+        StatsFromParameterZeroPoint(
+            RefIntQuant(False),
+            False,
+            OverTensorView(),
+            0,
+            NegativeMinOverTensor(),
+            (),
+            [wp],
+            zero_point_affine_shifting_init=0.1,
+        )
 
 
 # ---- ParameterZeroPoint ---------------------------------------------------------------------------
@@ -253,8 +288,9 @@ def test_parameter_zero_point(quantize, shape):
 
 
 def test_parameter_zero_point_gradcheck_float64():
-    block = ParameterZeroPoint(torch.tensor([0.3, -0.7]), RefIntQuant(True), False, (2,),
-                               dtype=torch.float64)
+    block = ParameterZeroPoint(
+        torch.tensor([0.3, -0.7]), RefIntQuant(True), False, (2,), dtype=torch.float64
+    )
     scale = torch.tensor([0.5, 0.25], dtype=torch.float64)
     bw = torch.tensor(8.0, dtype=torch.float64)
     g = torch.tensor([1.0, -2.0], dtype=torch.float64)
@@ -271,14 +307,18 @@ def test_parameter_zero_point_gradcheck_float64():
             minus = (block(torch.empty(1), scale, bw) * g).sum().item()
             block.value[i] = orig
         numeric.append((plus - minus) / (2 * eps))
-    torch.testing.assert_close(block.value.grad, torch.tensor(numeric, dtype=torch.float64),
-                               rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(
+        block.value.grad, torch.tensor(numeric, dtype=torch.float64), rtol=1e-6, atol=1e-9
+    )
 
 
 def test_parameter_zero_point_init_checks_and_missing_keys(monkeypatch):
     name = "ParameterZeroPoint"
-    with pytest.raises(RuntimeError, match=rf"{name}: zero_point_init has shape \(3,\), which is "
-                                           rf"neither a scalar \(\) nor zero_point_shape \(4, 1\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{name}: zero_point_init has shape \(3,\), which is "
+        rf"neither a scalar \(\) nor zero_point_shape \(4, 1\)",
+    ):
         ParameterZeroPoint(torch.zeros(3), RefIntQuant(False), False, (4, 1))
     with pytest.raises(ValueError, match=f"{name}: zero_point_init must be finite, got inf"):
         ParameterZeroPoint(float("inf"), RefIntQuant(False), False)
@@ -296,13 +336,24 @@ def test_parameter_zero_point_init_checks_and_missing_keys(monkeypatch):
 # ---- ParameterFromStatsFromParameterZeroPoint ------------------------------------------------------
 
 
-def stats_zero_point(wp: Tensor, per_channel: bool, quantize: bool = False,
-                     rescale: Optional[float] = None, shift: Optional[float] = None):
+def stats_zero_point(
+    wp: Tensor,
+    per_channel: bool,
+    quantize: bool = False,
+    rescale: Optional[float] = None,
+    shift: Optional[float] = None,
+):
     return ParameterFromStatsFromParameterZeroPoint(
-        RefIntQuant(False), quantize, OverOutputChannelView() if per_channel else OverTensorView(),
-        0, NegativeMinOverDim1() if per_channel else NegativeMinOverTensor(),
-        (4, 1, 1) if per_channel else (), [wp], zero_point_affine_rescaling_init=rescale,
-        zero_point_affine_shifting_init=shift)
+        RefIntQuant(False),
+        quantize,
+        OverOutputChannelView() if per_channel else OverTensorView(),
+        0,
+        NegativeMinOverDim1() if per_channel else NegativeMinOverTensor(),
+        (4, 1, 1) if per_channel else (),
+        [wp],
+        zero_point_affine_rescaling_init=rescale,
+        zero_point_affine_shifting_init=shift,
+    )
 
 
 @QUANTIZE
@@ -351,8 +402,9 @@ def test_parameter_from_stats_zero_point_state_dict():
     result = fresh.load_state_dict(saved, strict=True)
     assert result.missing_keys == [] and result.unexpected_keys == [] and fresh.init_done
     out = fresh(other, PER_CHANNEL_SCALE, BIT_WIDTH)
-    assert torch.equal(out, ref_scale_shift(torch.abs(saved["value"]), PER_CHANNEL_SCALE,
-                                            BIT_WIDTH, False, False))
+    assert torch.equal(
+        out, ref_scale_shift(torch.abs(saved["value"]), PER_CHANNEL_SCALE, BIT_WIDTH, False, False)
+    )
     assert torch.equal(fresh.value.detach(), saved["value"])
 
     lazy = stats_zero_point(wp, True)
@@ -365,8 +417,9 @@ def test_parameter_from_stats_zero_point_local_loss_mode_and_full_state_dict(mon
     block = stats_zero_point(wp, False)
     block.local_loss_mode = True
     out = block(wp, SCALE, BIT_WIDTH)
-    assert torch.equal(out, ref_scale_shift(-ref_negative_min(wp.detach(), False), SCALE,
-                                            BIT_WIDTH, False, False))
+    assert torch.equal(
+        out, ref_scale_shift(-ref_negative_min(wp.detach(), False), SCALE, BIT_WIDTH, False, False)
+    )
     assert not block.init_done
     out.sum().backward()
     assert torch.equal(block.value.grad, torch.zeros(()))  # linked with a zero gradient (DDP)
@@ -377,16 +430,34 @@ def test_parameter_from_stats_zero_point_local_loss_mode_and_full_state_dict(mon
 # ---- ParameterFromRuntimeZeroPoint ----------------------------------------------------------------
 
 
-def runtime_zero_point(per_channel: bool, steps: int = 3, quantize: bool = False,
-                       momentum: Optional[float] = 0.1, **kwargs):
+def runtime_zero_point(
+    per_channel: bool,
+    steps: int = 3,
+    quantize: bool = False,
+    momentum: Optional[float] = 0.1,
+    **kwargs,
+):
     if per_channel:
         return ParameterFromRuntimeZeroPoint(
-            steps, RefIntQuant(False), quantize, NegativeMinOverDim1(), (1, 4, 1),
-            OverOutputChannelView(permute_dims=(1, 0, 2)), zero_point_stats_momentum=momentum,
-            **kwargs)
+            steps,
+            RefIntQuant(False),
+            quantize,
+            NegativeMinOverDim1(),
+            (1, 4, 1),
+            OverOutputChannelView(permute_dims=(1, 0, 2)),
+            zero_point_stats_momentum=momentum,
+            **kwargs,
+        )
     return ParameterFromRuntimeZeroPoint(
-        steps, RefIntQuant(False), quantize, NegativeMinOverTensor(), (), OverTensorView(),
-        zero_point_stats_momentum=momentum, **kwargs)
+        steps,
+        RefIntQuant(False),
+        quantize,
+        NegativeMinOverTensor(),
+        (),
+        OverTensorView(),
+        zero_point_stats_momentum=momentum,
+        **kwargs,
+    )
 
 
 def batches(n: int) -> List[Tensor]:
@@ -421,8 +492,10 @@ def test_parameter_from_runtime_zero_point(quantize, momentum, per_channel):
         running = 0.0 + s if running is None else ref_momentum_update(running, s, step, momentum)
 
     block.eval()
-    assert torch.equal(block(data[0], scale, BIT_WIDTH),
-                       ref_scale_shift(torch.abs(running), scale, BIT_WIDTH, False, quantize))
+    assert torch.equal(
+        block(data[0], scale, BIT_WIDTH),
+        ref_scale_shift(torch.abs(running), scale, BIT_WIDTH, False, quantize),
+    )
     block.train()
 
     out = block(data[steps], scale, BIT_WIDTH)
@@ -450,8 +523,9 @@ def test_parameter_from_runtime_zero_point_local_loss_mode():
     block.local_loss_mode = True
     x = batches(1)[0]
     out = block(x, SCALE, BIT_WIDTH)
-    assert torch.equal(out, ref_scale_shift(torch.abs(ref_negative_min(x, False)), SCALE, BIT_WIDTH,
-                                            False, False))
+    assert torch.equal(
+        out, ref_scale_shift(torch.abs(ref_negative_min(x, False)), SCALE, BIT_WIDTH, False, False)
+    )
     assert block.counter == 0 and torch.equal(block.buffer, torch.zeros(()))
 
 
@@ -471,8 +545,9 @@ def test_parameter_from_runtime_zero_point_state_dict():
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert fresh.counter == steps + 1
     out = fresh(data[3] * 10.0, SCALE, BIT_WIDTH)
-    assert torch.equal(out, ref_scale_shift(torch.abs(saved["value"]), SCALE, BIT_WIDTH, False,
-                                            False))
+    assert torch.equal(
+        out, ref_scale_shift(torch.abs(saved["value"]), SCALE, BIT_WIDTH, False, False)
+    )
     assert torch.equal(fresh.value.detach(), saved["value"])
 
     lazy = runtime_zero_point(True, steps)
@@ -484,13 +559,19 @@ def test_parameter_from_runtime_zero_point_bad_arguments():
     name = "ParameterFromRuntimeZeroPoint"
     with pytest.raises(ValueError, match=f"{name}: collect_stats_steps must be a positive int"):
         runtime_zero_point(False, steps=0)
-    with pytest.raises(ValueError, match=rf"{name}: zero_point_stats_momentum must be None "
-                                         rf"\(cumulative average\) or a float in \[0, 1\], got 2"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{name}: zero_point_stats_momentum must be None "
+        rf"\(cumulative average\) or a float in \[0, 1\], got 2",
+    ):
         runtime_zero_point(False, momentum=2)
-    with pytest.raises(ValueError, match=rf"{name}: zero_point_shape must be a tuple of positive "
-                                         rf"ints \(\(\) for a scalar\), got None"):
-        ParameterFromRuntimeZeroPoint(1, RefIntQuant(False), False, NegativeMinOverTensor(), None,
-                                      OverTensorView())
+    with pytest.raises(
+        ValueError,
+        match=rf"{name}: zero_point_shape must be a tuple of positive "
+        rf"ints \(\(\) for a scalar\), got None",
+    ):
+        ParameterFromRuntimeZeroPoint(
+            1, RefIntQuant(False), False, NegativeMinOverTensor(), None, OverTensorView()
+        )
     with pytest.raises(TypeError, match=f"{name}: int_quant must be an integer quantizer"):
-        ParameterFromRuntimeZeroPoint(1, None, False, NegativeMinOverTensor(), (),
-                                      OverTensorView())
+        ParameterFromRuntimeZeroPoint(1, None, False, NegativeMinOverTensor(), (), OverTensorView())

@@ -21,8 +21,12 @@ inline const std::vector<at::ScalarType>& float_dtypes() {
   return d;
 }
 
-inline double nan() { return std::numeric_limits<double>::quiet_NaN(); }
-inline double inf() { return std::numeric_limits<double>::infinity(); }
+inline double nan() {
+  return std::numeric_limits<double>::quiet_NaN();
+}
+inline double inf() {
+  return std::numeric_limits<double>::infinity();
+}
 
 // A 1-D tensor of `values` in `dtype` (values are converted once, from double).
 inline at::Tensor values(std::vector<double> v, at::ScalarType dtype = at::kFloat) {
@@ -32,9 +36,12 @@ inline at::Tensor values(std::vector<double> v, at::ScalarType dtype = at::kFloa
 // The integer type of the same width, to compare floating tensors bit for bit.
 inline at::ScalarType bits_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kDouble: return at::kLong;
-    case at::kFloat: return at::kInt;
-    default: return at::kShort;  // float16, bfloat16
+    case at::kDouble:
+      return at::kLong;
+    case at::kFloat:
+      return at::kInt;
+    default:
+      return at::kShort;  // float16, bfloat16
   }
 }
 
@@ -43,8 +50,8 @@ inline at::ScalarType bits_dtype(at::ScalarType t) {
 inline ::testing::AssertionResult bitwise_equal(const at::Tensor& actual, const at::Tensor& expected) {
   if (!actual.defined() || !expected.defined()) {
     if (actual.defined() == expected.defined()) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "one tensor is undefined: actual " << actual.defined()
-                                         << ", expected " << expected.defined();
+    return ::testing::AssertionFailure() << "one tensor is undefined: actual " << actual.defined() << ", expected "
+                                         << expected.defined();
   }
   if (actual.sizes() != expected.sizes()) {
     return ::testing::AssertionFailure() << "shape " << actual.sizes() << " != expected " << expected.sizes();
@@ -68,7 +75,8 @@ inline ::testing::AssertionResult bitwise_equal(const at::Tensor& actual, const 
   if (differ.any().item<bool>()) {
     const auto idx = differ.nonzero().flatten();
     auto f = ::testing::AssertionFailure();
-    f << idx.numel() << " of " << a.numel() << " element(s) differ bitwise; first ones (flat index: actual vs expected):";
+    f << idx.numel() << " of " << a.numel()
+      << " element(s) differ bitwise; first ones (flat index: actual vs expected):";
     for (int64_t j = 0; j < std::min<int64_t>(idx.numel(), 5); ++j) {
       const int64_t i = idx[j].item<int64_t>();
       f << "\n  " << i << ": " << c10::str(a.flatten()[i].item<double>()) << " vs "
@@ -84,8 +92,8 @@ inline ::testing::AssertionResult close(const at::Tensor& actual, const at::Tens
                                         double atol) {
   if (!actual.defined() || !expected.defined()) {
     if (actual.defined() == expected.defined()) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "one tensor is undefined: actual " << actual.defined()
-                                         << ", expected " << expected.defined();
+    return ::testing::AssertionFailure() << "one tensor is undefined: actual " << actual.defined() << ", expected "
+                                         << expected.defined();
   }
   if (actual.sizes() != expected.sizes() || actual.scalar_type() != expected.scalar_type()) {
     return ::testing::AssertionFailure() << "shape/dtype " << actual.sizes() << " " << actual.scalar_type()
@@ -99,11 +107,13 @@ inline ::testing::AssertionResult close(const at::Tensor& actual, const at::Tens
                                        << expected.flatten()[i].item<double>() << " (of " << actual.numel() << ")";
 }
 
-inline double grad_rtol(at::ScalarType t) { return t == at::kDouble ? 1e-10 : 1e-5; }
+inline double grad_rtol(at::ScalarType t) {
+  return t == at::kDouble ? 1e-10 : 1e-5;
+}
 
 // Expects `stmt` to throw c10::Error whose message (without backtrace) contains every string
 // given. `stmt` runs once.
-#define EXPECT_ERROR_CONTAINS(stmt, ...)                                                              \
+#define EXPECT_ERROR_CONTAINS(stmt, ...)                                                             \
   do {                                                                                               \
     bool _threw = false;                                                                             \
     std::string _msg;                                                                                \
@@ -120,11 +130,12 @@ inline double grad_rtol(at::ScalarType t) { return t == at::kDouble ? 1e-10 : 1e
   } while (0)
 
 // Straight-through replacement of `value` (a function of u): forward value, gradient of u.
-inline at::Tensor ste(const at::Tensor& u, const at::Tensor& value) { return u + (value - u).detach(); }
+inline at::Tensor ste(const at::Tensor& u, const at::Tensor& value) {
+  return u + (value - u).detach();
+}
 
 // torch.autograd.grad(outputs=y, inputs, grad_outputs=g, allow_unused=True).
-inline std::vector<at::Tensor> grads(const at::Tensor& y, const std::vector<at::Tensor>& inputs,
-                                     const at::Tensor& g) {
+inline std::vector<at::Tensor> grads(const at::Tensor& y, const std::vector<at::Tensor>& inputs, const at::Tensor& g) {
   return torch::autograd::grad({y}, inputs, {g}, /*retain_graph=*/false, /*create_graph=*/false,
                                /*allow_unused=*/true);
 }
@@ -136,8 +147,8 @@ inline at::Tensor leaf(const at::Tensor& t, bool requires_grad = true) {
 
 // Tie values and special values: every rounding mode's edge cases.
 inline std::vector<double> tie_values() {
-  return {-3.5, -2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.5, -2.25, -0.75, 0.25, 1.75,
-          -1.0, 1.0,  2.0,  0.49999997, -0.49999997, 1e6 + 0.5, -1e6 - 0.5, inf(), -inf(), nan()};
+  return {-3.5, -2.5, -1.5, -0.5, -0.0, 0.0,        0.5,         1.5,       2.5,        3.5,   -2.25,  -0.75,
+          0.25, 1.75, -1.0, 1.0,  2.0,  0.49999997, -0.49999997, 1e6 + 0.5, -1e6 - 0.5, inf(), -inf(), nan()};
 }
 
 }  // namespace brevitas_cpp::test

@@ -43,10 +43,11 @@ def build_model() -> nn.Module:
     over equal shards, so DDP on 2 x LOCAL_BATCH equals one process on the whole batch."""
     from brevitas_cpp.inject.enum import StatsOp
     from brevitas_cpp.nn import QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
-    from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
+    from brevitas_cpp.quant import Int8ActPerTensorFloat
 
     signed_act = Int8ActPerTensorFloat.let(
-        collect_stats_steps=COLLECT_STATS_STEPS, scaling_stats_op=StatsOp.AVE)
+        collect_stats_steps=COLLECT_STATS_STEPS, scaling_stats_op=StatsOp.AVE
+    )
     torch.manual_seed(SEED)
     return nn.Sequential(
         QuantIdentity(act_quant=signed_act),
@@ -72,8 +73,13 @@ def make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=LR, momentum=0.9)
 
 
-def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range,
-                batch: Callable[[int], Tuple[Tensor, Tensor]], device: str = "cpu") -> None:
+def train_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    steps: range,
+    batch: Callable[[int], Tuple[Tensor, Tensor]],
+    device: str = "cpu",
+) -> None:
     model.train()
     for step in steps:
         x, y = (t.to(device) for t in batch(step))
@@ -96,11 +102,15 @@ def _start(rank: int, port: int, jit: str) -> None:
     # Two ranks share the machine's cores.
     torch.set_num_threads(1)
     import brevitas_cpp  # noqa: F401  (after BREVITAS_JIT is set)
+
     dist.init_process_group(
-        "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=60))
+        "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=60)
+    )
 
 
-def run(rank: int, port: int, jit: str, out_dir: str, scenarios: Tuple[str, ...], device: str = "cpu") -> None:
+def run(
+    rank: int, port: int, jit: str, out_dir: str, scenarios: Tuple[str, ...], device: str = "cpu"
+) -> None:
     """Entry point of a child: the scenarios in turn (one process start for several), with any
     traceback written for the parent."""
     global DEVICE
@@ -108,8 +118,12 @@ def run(rank: int, port: int, jit: str, out_dir: str, scenarios: Tuple[str, ...]
     try:
         _start(rank, port, jit)
         for scenario in scenarios:
-            {"stats": _stats_scenario, "train": _train_scenario,
-             "resume": _resume_scenario, "ops": _ops_scenario}[scenario](rank, Path(out_dir))
+            {
+                "stats": _stats_scenario,
+                "train": _train_scenario,
+                "resume": _resume_scenario,
+                "ops": _ops_scenario,
+            }[scenario](rank, Path(out_dir))
         dist.barrier()
         dist.destroy_process_group()
     except BaseException:
@@ -130,14 +144,22 @@ def _stats_quantizers() -> List[Tuple[str, nn.Module]]:
     steps = COLLECT_STATS_STEPS
     return [
         # ParameterFromRuntimeStatsScaling, percentile statistics (the default quantizer).
-        ("percentile_param_scale", QuantReLU(act_quant=Uint8ActPerTensorFloat.let(
-            collect_stats_steps=steps))),
+        (
+            "percentile_param_scale",
+            QuantReLU(act_quant=Uint8ActPerTensorFloat.let(collect_stats_steps=steps)),
+        ),
         # ParameterFromRuntimeStatsScaling and ParameterFromRuntimeZeroPoint.
-        ("shifted_param_zero_point", QuantIdentity(
-            act_quant=ShiftedUint8ActPerTensorFloat.let(collect_stats_steps=steps))),
+        (
+            "shifted_param_zero_point",
+            QuantIdentity(act_quant=ShiftedUint8ActPerTensorFloat.let(collect_stats_steps=steps)),
+        ),
         # RuntimeStatsScaling (_RuntimeStats' running statistics).
-        ("runtime_stats_scale", QuantIdentity(act_quant=Int8ActPerTensorFloat.let(
-            scaling_impl_type=ScalingImplType.STATS))),
+        (
+            "runtime_stats_scale",
+            QuantIdentity(
+                act_quant=Int8ActPerTensorFloat.let(scaling_impl_type=ScalingImplType.STATS)
+            ),
+        ),
     ]
 
 
@@ -171,6 +193,7 @@ def _local_batch(rank: int) -> Callable[[int], Tuple[Tensor, Tensor]]:
         x, y = global_batch(step)
         rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
         return x[rows], y[rows]
+
     return batch
 
 
@@ -187,8 +210,10 @@ def _train_scenario(rank: int, out_dir: Path) -> None:
     optimizer = make_optimizer(ddp.parameters())
     train_steps(ddp, optimizer, range(CHECKPOINT_STEP), _local_batch(rank), DEVICE)
     if rank == 0:
-        torch.save({"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()},
-                   out_dir / "checkpoint.pt")
+        torch.save(
+            {"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()},
+            out_dir / "checkpoint.pt",
+        )
     train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank), DEVICE)
     torch.save(plain_state(ddp.module), out_dir / f"train_rank{rank}.pt")
 
@@ -210,14 +235,16 @@ def _resume_scenario(rank: int, out_dir: Path) -> None:
 
 def _contribution(rank: int, dtype: torch.dtype) -> Tensor:
     """What rank ``rank`` averages: distinct on every rank, known to all of them."""
-    return ((torch.arange(12, dtype=torch.float64).reshape(3, 4) - 5) * (rank + 1)
-            + 0.25 * rank).to(dtype)
+    return (
+        (torch.arange(12, dtype=torch.float64).reshape(3, 4) - 5) * (rank + 1) + 0.25 * rank
+    ).to(dtype)
 
 
 def _weight(rank: int, dtype: torch.dtype) -> Tensor:
     """Rank ``rank``'s loss is sum(weight * mean)."""
-    return (torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(3, 4) * (2 - rank)
-            + rank).to(dtype)
+    return (torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(3, 4) * (2 - rank) + rank).to(
+        dtype
+    )
 
 
 def _check_forward_backward(rank: int, dtype: torch.dtype, transposed: bool) -> None:

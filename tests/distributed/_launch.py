@@ -6,9 +6,8 @@ import time
 from pathlib import Path
 from typing import Tuple
 
-import torch.multiprocessing as mp
-
 import _ddp_worker as worker
+import torch.multiprocessing as mp
 
 JOIN_TIMEOUT_S = 120
 
@@ -23,8 +22,10 @@ def spawn(out_dir: Path, scenarios: Tuple[str, ...], jit: str, device: str = "cp
     """Run the scenarios on worker.WORLD_SIZE fresh processes; fail with a child's traceback."""
     ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=worker.run, args=(rank, port, jit, str(out_dir), scenarios, device))
-             for rank in range(worker.WORLD_SIZE)]
+    procs = [
+        ctx.Process(target=worker.run, args=(rank, port, jit, str(out_dir), scenarios, device))
+        for rank in range(worker.WORLD_SIZE)
+    ]
     for p in procs:
         p.start()
     deadline = time.monotonic() + JOIN_TIMEOUT_S
@@ -36,6 +37,8 @@ def spawn(out_dir: Path, scenarios: Tuple[str, ...], jit: str, device: str = "cp
         p.join()
     errors = "\n".join(f.read_text() for f in sorted(out_dir.glob("error_rank*.txt")))
     assert not hung, (
-        f"ranks still running after {JOIN_TIMEOUT_S} s (a collective mismatch?)\n{errors}")
+        f"ranks still running after {JOIN_TIMEOUT_S} s (a collective mismatch?)\n{errors}"
+    )
     assert all(p.exitcode == 0 for p in procs), (
-        f"exit codes {[p.exitcode for p in procs]}\n{errors}")
+        f"exit codes {[p.exitcode for p in procs]}\n{errors}"
+    )

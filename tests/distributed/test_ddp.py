@@ -22,7 +22,8 @@ from _launch import spawn  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(),
-    reason="torch.distributed with the gloo backend is not available in this torch build")
+    reason="torch.distributed with the gloo backend is not available in this torch build",
+)
 
 # The blocks are TorchScript modules in the children: the collective runs from compiled code.
 CHILD_JIT = "1"
@@ -41,12 +42,14 @@ def _load(out_dir: Path, name: str, rank: int):
     return torch.load(out_dir / f"{name}_rank{rank}.pt", weights_only=True)
 
 
-def _assert_states_equal(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor], what: str,
-                         atol: float = 0.0) -> None:
+def _assert_states_equal(
+    a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor], what: str, atol: float = 0.0
+) -> None:
     assert a.keys() == b.keys(), what
     for key in a:
         torch.testing.assert_close(
-            a[key], b[key], rtol=0.0, atol=atol, msg=lambda m: f"{what}, {key}: {m}")
+            a[key], b[key], rtol=0.0, atol=atol, msg=lambda m: f"{what}, {key}: {m}"
+        )
 
 
 def test_scales_equal_across_ranks_after_warmup(runs):
@@ -62,8 +65,13 @@ def test_scales_equal_across_ranks_after_warmup(runs):
             # ... and the shared state is their average: the statistics are averaged batch by
             # batch and the running average (first batch, then momentum) is linear.
             expected = (local[0][name][key] + local[1][name][key]) / 2
-            torch.testing.assert_close(synced[0][name][key], expected, rtol=1e-6, atol=0.0,
-                                       msg=lambda m: f"{name}, {key}: {m}")
+            torch.testing.assert_close(
+                synced[0][name][key],
+                expected,
+                rtol=1e-6,
+                atol=0.0,
+                msg=lambda m: f"{name}, {key}: {m}",
+            )
 
 
 def _reference() -> Dict[str, torch.Tensor]:
@@ -89,5 +97,6 @@ def test_ddp_training_matches_single_process_on_global_batch(runs):
 def test_resume_from_checkpoint_matches_uninterrupted(runs):
     uninterrupted = _load(runs, "train", 0)
     for rank in range(worker.WORLD_SIZE):
-        _assert_states_equal(_load(runs, "resume", rank), uninterrupted,
-                             f"resumed rank {rank} vs uninterrupted")
+        _assert_states_equal(
+            _load(runs, "resume", rank), uninterrupted, f"resumed rank {rank} vs uninterrupted"
+        )

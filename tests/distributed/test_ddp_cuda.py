@@ -17,9 +17,14 @@ import _ddp_worker as worker  # noqa: E402
 from _launch import spawn  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    not (torch.cuda.is_available() and brevitas_cpp.build_info()["cuda"] and dist.is_available()
-         and dist.is_gloo_available()),
-    reason="needs a GPU, a CUDA build of brevitas_cpp and torch.distributed with gloo")
+    not (
+        torch.cuda.is_available()
+        and brevitas_cpp.build_info()["cuda"]
+        and dist.is_available()
+        and dist.is_gloo_available()
+    ),
+    reason="needs a GPU, a CUDA build of brevitas_cpp and torch.distributed with gloo",
+)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from _launch import spawn  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(),
-    reason="torch.distributed with the gloo backend is not available in this torch build")
+    reason="torch.distributed with the gloo backend is not available in this torch build",
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,9 @@ def facts(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("ops")
     # The op does not depend on BREVITAS_JIT; the default mode starts faster.
     spawn(out_dir, ("ops",), jit="0")
-    return [torch.load(out_dir / f"ops_rank{r}.pt", weights_only=True)
-            for r in range(worker.WORLD_SIZE)]
+    return [
+        torch.load(out_dir / f"ops_rank{r}.pt", weights_only=True) for r in range(worker.WORLD_SIZE)
+    ]
 
 
 def test_forward_backward_groups_and_switches_on_every_rank(facts):

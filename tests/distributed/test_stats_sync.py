@@ -21,7 +21,8 @@ from brevitas_cpp.core.stats.stats_op import AbsMax
 OPS = torch.ops.brevitas_cpp
 needs_gloo = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(),
-    reason="torch.distributed with the gloo backend is not available in this torch build")
+    reason="torch.distributed with the gloo backend is not available in this torch build",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -69,8 +70,12 @@ def test_no_process_group_gives_an_exact_copy_with_identity_gradient(layout):
 
 
 def test_every_float_dtype_bit_for_bit_and_empty():
-    for dtype, bits in ((torch.float32, torch.int32), (torch.float64, torch.int64),
-                        (torch.float16, torch.int16), (torch.bfloat16, torch.int16)):
+    for dtype, bits in (
+        (torch.float32, torch.int32),
+        (torch.float64, torch.int64),
+        (torch.float16, torch.int16),
+        (torch.bfloat16, torch.int16),
+    ):
         x = torch.tensor([-0.0, 1.5, float("nan"), float("inf")], dtype=dtype)
         out = distributed.all_reduce_stats(x)
         # The sign of -0.0 and the NaN payload included.
@@ -232,15 +237,19 @@ def test_runtime_stats_unchanged_in_one_process():
     assert torch.equal(block.running_stats, expected)
 
 
-@pytest.mark.skipif(not config.JIT_ENABLED,
-                    reason="the core blocks are TorchScript modules only with BREVITAS_JIT=1")
+@pytest.mark.skipif(
+    not config.JIT_ENABLED,
+    reason="the core blocks are TorchScript modules only with BREVITAS_JIT=1",
+)
 @pytest.mark.filterwarnings(r"ignore:`torch\.jit\.(save|load)` is deprecated:DeprecationWarning")
 def test_scripted_stats_block_saves_and_loads():
     """Saving used to fail with 'Could not export Python function call' (the statistics
     average was a torch.jit.ignore'd Python function)."""
+
     def block() -> torch.nn.Module:
         return ParameterFromRuntimeStatsScaling(
-            2, AbsMax(), scaling_stats_input_view_shape_impl=OverTensorView()).train()
+            2, AbsMax(), scaling_stats_input_view_shape_impl=OverTensorView()
+        ).train()
 
     eager = block()
     buffer = io.BytesIO()
@@ -257,8 +266,9 @@ def test_scripted_stats_block_saves_and_loads():
         for module in (eager, loaded):
             xg = x.clone().requires_grad_()
             out = module(xg)
-            grads.append((out, *torch.autograd.grad(out.sum(), (xg, module.value),
-                                                     allow_unused=True)))
+            grads.append(
+                (out, *torch.autograd.grad(out.sum(), (xg, module.value), allow_unused=True))
+            )
         (out_e, gx_e, gv_e), (out_l, gx_l, gv_l) = grads
         assert torch.equal(out_e, out_l)
         if step < 2:

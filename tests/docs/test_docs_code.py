@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOCS = sorted((REPO / "docs").glob("*.md"))
 # An opening fence ```python at the start of a line, the code, and the closing fence.

@@ -30,8 +30,12 @@ def _kernel_env(tmp_path: pathlib.Path) -> dict:
     # The kernel imports the brevitas_cpp this test imported (source tree or installed package).
     package_parent = str(pathlib.Path(brevitas_cpp.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    for var, sub in (("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib"),
-                     ("JUPYTER_RUNTIME_DIR", "jupyter_runtime"), ("TMPDIR", "tmp")):
+    for var, sub in (
+        ("IPYTHONDIR", "ipython"),
+        ("MPLCONFIGDIR", "matplotlib"),
+        ("JUPYTER_RUNTIME_DIR", "jupyter_runtime"),
+        ("TMPDIR", "tmp"),
+    ):
         (tmp_path / sub).mkdir()
         env[var] = str(tmp_path / sub)
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
@@ -66,17 +70,30 @@ def test_notebook_executes(path: pathlib.Path, tmp_path: pathlib.Path):
     work.mkdir()
     before = _tree_snapshot(REPO)
     client = nbclient.NotebookClient(
-        notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-        resources={"metadata": {"path": str(work)}})
+        notebook,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(work)}},
+    )
     start = time.monotonic()
     client.execute(env=_kernel_env(tmp_path))
     elapsed = time.monotonic() - start
-    errors = [out for cell in notebook.cells if cell.cell_type == "code"
-              for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    errors = [
+        out
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "error"
+    ]
     assert not errors
     # Plots were drawn (inline PNGs), not silently skipped.
-    images = [out for cell in notebook.cells if cell.cell_type == "code"
-              for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
+    images = [
+        out
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if "image/png" in out.get("data", {})
+    ]
     assert len(images) >= 2, f"{path.name}: expected plots, got {len(images)}"
     assert _tree_snapshot(REPO) == before, "executing the notebook changed notebooks/"
     assert not list(work.iterdir()), f"{path.name} left files in its working directory"

@@ -32,8 +32,19 @@ def qat_digits():
 @pytest.fixture(scope="module")
 def run(qat_digits, tmp_path_factory):
     out = tmp_path_factory.mktemp("qat_digits_out")
-    argv = ["--epochs", "1", "--float-epochs", "1", "--subset", str(SUBSET), "--bits", "8,2",
-            "--out", str(out), "--no-progress"]
+    argv = [
+        "--epochs",
+        "1",
+        "--float-epochs",
+        "1",
+        "--subset",
+        str(SUBSET),
+        "--bits",
+        "8,2",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     if config.JIT_ENABLED:  # the example must run in the mode brevitas_cpp was imported in
         argv.append("--jit")
     return qat_digits.main(argv), out
@@ -113,8 +124,21 @@ def test_main_job_on_gpu_ends_where_cpu_does(qat_digits, tmp_path):
     a quantizer input across a rounding tie)."""
     summaries = {}
     for device in ("cpu", "cuda"):
-        argv = ["--epochs", "1", "--float-epochs", "1", "--subset", str(SUBSET), "--bits", "8",
-                "--out", str(tmp_path / device), "--no-progress", "--device", device]
+        argv = [
+            "--epochs",
+            "1",
+            "--float-epochs",
+            "1",
+            "--subset",
+            str(SUBSET),
+            "--bits",
+            "8",
+            "--out",
+            str(tmp_path / device),
+            "--no-progress",
+            "--device",
+            device,
+        ]
         if config.JIT_ENABLED:
             argv.append("--jit")
         summaries[device] = qat_digits.main(argv)
@@ -122,4 +146,7 @@ def test_main_job_on_gpu_ends_where_cpu_does(qat_digits, tmp_path):
     assert gpu["device"] == "cuda"
     assert gpu["quant"]["W8A8"]["reloaded_equal"] is True
     assert abs(gpu["float"]["accuracy"] - cpu["float"]["accuracy"]) <= 2 * 100 / 60 + 1e-9
-    assert abs(gpu["quant"]["W8A8"]["accuracy"] - cpu["quant"]["W8A8"]["accuracy"]) <= 2 * 100 / 60 + 1e-9
+    assert (
+        abs(gpu["quant"]["W8A8"]["accuracy"] - cpu["quant"]["W8A8"]["accuracy"])
+        <= 2 * 100 / 60 + 1e-9
+    )

@@ -9,8 +9,8 @@ import math
 
 import pytest
 import torch
+from helpers import DTYPE_IDS, DTYPES, assert_same
 
-import brevitas_cpp
 import brevitas_cpp.function as BF
 from brevitas_cpp.function import (
     binary_sign,
@@ -22,13 +22,13 @@ from brevitas_cpp.function import (
     tensor_clamp,
     tensor_clamp_,
 )
-from helpers import DTYPE_IDS, DTYPES, assert_same
 
 NAN = float("nan")
 INF = float("inf")
 
 
 # --- max_int / min_int ---------------------------------------------------------------------
+
 
 def py_max_int(signed, narrow, b):
     if signed:
@@ -58,7 +58,12 @@ def flags(signed, narrow, kind):
 
 @pytest.mark.parametrize("sn", SN, ids=SN_IDS)
 def test_brevitas_documented_numbers(sn):
-    documented_max = {(True, True): 127, (False, True): 254, (True, False): 127, (False, False): 255}
+    documented_max = {
+        (True, True): 127,
+        (False, True): 254,
+        (True, False): 127,
+        (False, False): 255,
+    }
     documented_min = {(True, True): -127, (False, True): 0, (True, False): -128, (False, False): 0}
     for kind in ["bool", "tensor"]:
         s, n = flags(*sn, kind)
@@ -69,7 +74,9 @@ def test_brevitas_documented_numbers(sn):
         assert mx.dtype == torch.int64 and mx.dim() == 0
 
 
-@pytest.mark.parametrize("bw_dtype", [torch.int64, torch.int32, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "bw_dtype", [torch.int64, torch.int32, torch.float32, torch.float64], ids=str
+)
 @pytest.mark.parametrize("kind", ["bool", "tensor", "int_tensor", "mixed"])
 @pytest.mark.parametrize("sn", SN, ids=SN_IDS)
 def test_max_min_int_formulas(sn, kind, bw_dtype):
@@ -82,8 +89,14 @@ def test_max_min_int_formulas(sn, kind, bw_dtype):
             assert mx.dtype == bw_dtype and mn.dtype == bw_dtype
             assert mx.shape == bw.shape and mn.shape == bw.shape
             # The exact integer, rounded once to bit_width's dtype (float32 cannot hold 2^30 - 1).
-            assert torch.equal(mx, torch.tensor(py_max_int(*sn, b), dtype=torch.float64).to(bw_dtype).reshape(shape)), (b, mx)
-            assert torch.equal(mn, torch.tensor(py_min_int(*sn, b), dtype=torch.float64).to(bw_dtype).reshape(shape)), (b, mn)
+            assert torch.equal(
+                mx,
+                torch.tensor(py_max_int(*sn, b), dtype=torch.float64).to(bw_dtype).reshape(shape),
+            ), (b, mx)
+            assert torch.equal(
+                mn,
+                torch.tensor(py_min_int(*sn, b), dtype=torch.float64).to(bw_dtype).reshape(shape),
+            ), (b, mn)
     # Per-channel bit widths.
     bw = torch.tensor([2, 4, 8], dtype=bw_dtype)
     assert max_int(s, n, bw).tolist() == [py_max_int(*sn, b) for b in (2, 4, 8)]
@@ -100,14 +113,18 @@ def test_max_min_int_gradient(sn, kind):
         bw = torch.tensor(b, dtype=torch.float64, requires_grad=True)
         (gmax,) = torch.autograd.grad(max_int(s, n, bw), bw)
         e = b - 1 if signed else b
-        torch.testing.assert_close(gmax, torch.tensor(2.0**e * math.log(2), dtype=torch.float64), rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            gmax, torch.tensor(2.0**e * math.log(2), dtype=torch.float64), rtol=1e-12, atol=0
+        )
         mn = min_int(s, n, bw)
         if mn.requires_grad:
             (gmin,) = torch.autograd.grad(mn, bw)
         else:
             gmin = torch.tensor(0.0, dtype=torch.float64)
         expected = -(2.0 ** (b - 1)) * math.log(2) if signed else 0.0
-        torch.testing.assert_close(gmin, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            gmin, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0
+        )
 
 
 def test_max_min_int_gradcheck():
@@ -122,15 +139,18 @@ def test_max_min_int_gradcheck():
 
 # --- tensor_clamp / tensor_clamp_ ---------------------------------------------------------
 
+
 def py_clamp(x, lo, hi):
     """Element by element, Brevitas's tensor_clamp: first > max, then < min."""
-    xb, lob, hib = torch.broadcast_tensors(x.double(), lo.double().to(x.dtype).double(), hi.double().to(x.dtype).double())
+    xb, lob, hib = torch.broadcast_tensors(
+        x.double(), lo.double().to(x.dtype).double(), hi.double().to(x.dtype).double()
+    )
     out = []
-    for v, l, h in zip(xb.flatten().tolist(), lob.flatten().tolist(), hib.flatten().tolist()):
-        if v > h:
-            v = h
-        if v < l:
-            v = l
+    for v, lo, hi in zip(xb.flatten().tolist(), lob.flatten().tolist(), hib.flatten().tolist()):
+        if v > hi:
+            v = hi
+        if v < lo:
+            v = lo
         out.append(v)
     return torch.tensor(out, dtype=torch.float64).view(xb.shape).to(x.dtype)
 
@@ -156,14 +176,20 @@ def test_tensor_clamp_values(bshape, dtype):
 
 def test_tensor_clamp_literal():
     x = torch.tensor([1.7, -0.5, 0.1])
-    assert_same(tensor_clamp(x, torch.tensor(0.0), torch.tensor(1.0)), torch.tensor([1.0, 0.0, 0.1]))
+    assert_same(
+        tensor_clamp(x, torch.tensor(0.0), torch.tensor(1.0)), torch.tensor([1.0, 0.0, 0.1])
+    )
     # min > max: min wins; NaN bounds compare false and let x through; NaN x stays NaN.
     x = torch.tensor([-2.0, 0.0, 2.0, NAN])
-    assert_same(tensor_clamp(x, torch.tensor(1.0), torch.tensor(-1.0)), torch.tensor([1.0, 1.0, 1.0, NAN]))
+    assert_same(
+        tensor_clamp(x, torch.tensor(1.0), torch.tensor(-1.0)), torch.tensor([1.0, 1.0, 1.0, NAN])
+    )
     assert_same(tensor_clamp(x, torch.tensor(NAN), torch.tensor(NAN)), x)
 
 
-@pytest.mark.parametrize("bound_dtype", [torch.int32, torch.int64, torch.float64, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "bound_dtype", [torch.int32, torch.int64, torch.float64, torch.float16], ids=str
+)
 def test_tensor_clamp_bound_dtypes(bound_dtype):
     x = torch.tensor([[-3.0, -0.7, 0.7, 3.0]] * 3)
     lo = torch.tensor([[-1.0], [-2.0], [0.0]]).to(bound_dtype)
@@ -196,10 +222,15 @@ def test_tensor_clamp_gradients(bshape):
 
 def test_tensor_clamp_gradcheck():
     # Away from the clamp edges the function is piecewise linear in x and both bounds.
-    x = torch.tensor([[-2.0, -0.3, 0.4, 2.0], [-0.9, 0.1, 0.2, 1.7], [3.0, -3.0, 0.05, -0.05]], dtype=torch.float64)
+    x = torch.tensor(
+        [[-2.0, -0.3, 0.4, 2.0], [-0.9, 0.1, 0.2, 1.7], [3.0, -3.0, 0.05, -0.05]],
+        dtype=torch.float64,
+    )
     lo = torch.tensor([[-1.0], [-0.5], [-0.25]], dtype=torch.float64)
     hi = torch.tensor([[1.0], [0.5], [0.25]], dtype=torch.float64)
-    torch.autograd.gradcheck(tensor_clamp, (x.requires_grad_(), lo.requires_grad_(), hi.requires_grad_()))
+    torch.autograd.gradcheck(
+        tensor_clamp, (x.requires_grad_(), lo.requires_grad_(), hi.requires_grad_())
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -228,6 +259,7 @@ def test_tensor_clamp_inplace_non_contiguous():
 
 # --- binary_sign / round_to_zero / dpu_round / identity -------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_binary_sign(dtype):
     x = torch.tensor([2.1, -0.3, 0.0, -0.0, NAN, INF, -INF, 1e-3, -1e-3], dtype=dtype)
@@ -254,8 +286,31 @@ def py_dpu_round(v):
     return math.copysign(0.0, v) if r == 0.0 else r
 
 
-ROUND_INPUT = [-3.5, -2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.5, -0.75, -0.25, 0.25, 0.75, -1.25, 1.25,
-               -7.0, 7.0, NAN, INF, -INF, 100.5, -100.5]
+ROUND_INPUT = [
+    -3.5,
+    -2.5,
+    -1.5,
+    -0.5,
+    -0.0,
+    0.0,
+    0.5,
+    1.5,
+    2.5,
+    3.5,
+    -0.75,
+    -0.25,
+    0.25,
+    0.75,
+    -1.25,
+    1.25,
+    -7.0,
+    7.0,
+    NAN,
+    INF,
+    -INF,
+    100.5,
+    -100.5,
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -289,10 +344,27 @@ def test_identity():
 
 # --- TorchScript: every function of brevitas_cpp.function ----------------------------------
 
-def _fn_ops_helpers(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bw: torch.Tensor,
-                    s: torch.Tensor, n: torch.Tensor):
-    a = BF.max_int(True, False, bw) + BF.max_int(False, True, bw) + BF.max_int(s, n, bw) + BF.max_int(True, n, bw)
-    b = BF.min_int(True, True, bw) + BF.min_int(False, False, bw) + BF.min_int(s, n, bw) + BF.min_int(s, False, bw)
+
+def _fn_ops_helpers(
+    x: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    bw: torch.Tensor,
+    s: torch.Tensor,
+    n: torch.Tensor,
+):
+    a = (
+        BF.max_int(True, False, bw)
+        + BF.max_int(False, True, bw)
+        + BF.max_int(s, n, bw)
+        + BF.max_int(True, n, bw)
+    )
+    b = (
+        BF.min_int(True, True, bw)
+        + BF.min_int(False, False, bw)
+        + BF.min_int(s, n, bw)
+        + BF.min_int(s, False, bw)
+    )
     c = BF.tensor_clamp(x, lo, hi)
     d = BF.tensor_clamp_(x.detach().clone(), lo.detach(), hi.detach())
     e = BF.binary_sign(x)
@@ -302,17 +374,37 @@ def _fn_ops_helpers(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bw: tor
     return [a, b, c, d, e, f, g, h]
 
 
-def _fn_ste(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bw: torch.Tensor,
-            s: torch.Tensor, n: torch.Tensor):
+def _fn_ste(
+    x: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    bw: torch.Tensor,
+    s: torch.Tensor,
+    n: torch.Tensor,
+):
     return [
-        BF.round_ste(x), BF.ceil_ste(x), BF.floor_ste(x), BF.round_to_zero_ste(x), BF.dpu_round_ste(x),
-        BF.tensor_clamp_ste(x, lo, hi), BF.scalar_clamp_ste(x, -0.5, 0.5), BF.scalar_clamp_min_ste(x, 0.25),
-        BF.binary_sign_ste(x), BF.ternary_sign_ste(x), BF.abs_binary_sign_grad(x),
+        BF.round_ste(x),
+        BF.ceil_ste(x),
+        BF.floor_ste(x),
+        BF.round_to_zero_ste(x),
+        BF.dpu_round_ste(x),
+        BF.tensor_clamp_ste(x, lo, hi),
+        BF.scalar_clamp_ste(x, -0.5, 0.5),
+        BF.scalar_clamp_min_ste(x, 0.25),
+        BF.binary_sign_ste(x),
+        BF.ternary_sign_ste(x),
+        BF.abs_binary_sign_grad(x),
     ]
 
 
-def _fn_quant(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bw: torch.Tensor,
-              s: torch.Tensor, n: torch.Tensor):
+def _fn_quant(
+    x: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    bw: torch.Tensor,
+    s: torch.Tensor,
+    n: torch.Tensor,
+):
     scale = hi.abs() + 0.1
     zp = torch.zeros_like(scale)
     return [
@@ -334,7 +426,9 @@ def _inputs():
     return x, lo, hi, bw, torch.tensor(True), torch.tensor(False)
 
 
-@pytest.mark.parametrize("fn", [_fn_ops_helpers, _fn_ste, _fn_quant], ids=["ops", "ops_ste", "quant"])
+@pytest.mark.parametrize(
+    "fn", [_fn_ops_helpers, _fn_ste, _fn_quant], ids=["ops", "ops_ste", "quant"]
+)
 def test_torchscript_matches_eager(fn):
     scripted = torch.jit.script(fn)
     for _ in range(3):  # the profiling executor specialises after the first runs
@@ -355,7 +449,9 @@ def test_torchscript_matches_eager(fn):
                 torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     # The scripted graph really calls the C++ ops (not a Python fallback).
     if fn is not _fn_ops_helpers:
-        assert "brevitas_cpp::" in str(scripted.graph) or "brevitas_cpp" in str(scripted.inlined_graph)
+        assert "brevitas_cpp::" in str(scripted.graph) or "brevitas_cpp" in str(
+            scripted.inlined_graph
+        )
 
 
 def test_torchscript_max_min_int_flags():

@@ -59,7 +59,9 @@ def expected_shape(name, x):
     return (-1, x.shape[-1])
 
 
-@pytest.mark.parametrize("shape", [(5, 2), (4, 3, 2), (2, 3, 4, 5), (1, 1, 7), (6, 2, 1, 1, 3)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(5, 2), (4, 3, 2), (2, 3, 4, 5), (1, 1, 7), (6, 2, 1, 1, 3)], ids=str
+)
 @pytest.mark.parametrize("name", list(FUNCS))
 def test_other_shapes(name, shape):
     x = torch.randn(shape)
@@ -101,7 +103,9 @@ def test_scripted_in_a_caller():
         return x.view(BF.over_tensor(x)), x.reshape(BF.over_output_features(x)).sum(dim=0)
 
     x = torch.randn(2, 3, 4, 3)
-    torch.testing.assert_close(per_channel_absmax(x), x.flatten(1).abs().amax(dim=1), rtol=0, atol=0)
+    torch.testing.assert_close(
+        per_channel_absmax(x), x.flatten(1).abs().amax(dim=1), rtol=0, atol=0
+    )
     torch.testing.assert_close(per_batch_channel_mean(x), x.flatten(2).mean(dim=2), rtol=0, atol=0)
     flat, feat = flat_and_features(x)
     assert flat.shape == (72,)

@@ -10,9 +10,24 @@ EXPECTED = {
     "QuantType": ["BINARY", "TERNARY", "INT", "FP"],
     "RestrictValueType": ["FP", "LOG_FP", "INT", "POWER_OF_TWO"],
     "FloatToIntImplType": ["ROUND", "CEIL", "FLOOR", "ROUND_TO_ZERO", "DPU"],
-    "ScalingImplType": ["HE", "CONST", "STATS", "AFFINE_STATS", "PARAMETER", "PARAMETER_FROM_STATS"],
+    "ScalingImplType": [
+        "HE",
+        "CONST",
+        "STATS",
+        "AFFINE_STATS",
+        "PARAMETER",
+        "PARAMETER_FROM_STATS",
+    ],
     "ScalingPerOutputType": ["TENSOR", "CHANNEL", "GROUP"],
-    "StatsOp": ["MAX", "AVE", "MAX_AVE", "MEAN_SIGMA_STD", "PERCENTILE", "MIN_MAX", "PERCENTILE_INTERVAL"],
+    "StatsOp": [
+        "MAX",
+        "AVE",
+        "MAX_AVE",
+        "MEAN_SIGMA_STD",
+        "PERCENTILE",
+        "MIN_MAX",
+        "PERCENTILE_INTERVAL",
+    ],
     "TruncScalingImplType": ["MSB", "WRAPPER"],
 }
 
@@ -47,8 +62,11 @@ def test_members_of_different_enums_with_one_name_compare_equal_like_brevitas():
 
 
 def test_unknown_string_lists_accepted_names():
-    with pytest.raises(ValueError, match=r"'integer' is not a valid QuantType; accepted \(case-insensitive\): "
-                                         r"BINARY, TERNARY, INT, FP"):
+    with pytest.raises(
+        ValueError,
+        match=r"'integer' is not a valid QuantType; accepted \(case-insensitive\): "
+        r"BINARY, TERNARY, INT, FP",
+    ):
         E.QuantType("integer")
     with pytest.raises(ValueError, match=r"ROUND, CEIL, FLOOR, ROUND_TO_ZERO, DPU"):
         E.FloatToIntImplType("nearest")
@@ -70,5 +88,7 @@ def test_rounding_enum_names_are_the_op_rounding_modes():
         "DPU": [-1.0, -0.0, 0.0, 2.0],
     }
     for member in E.FloatToIntImplType:
-        y = torch.ops.brevitas_cpp.int_quant(x, one, zero, bits, True, False, str(member).lower(), False)
+        y = torch.ops.brevitas_cpp.int_quant(
+            x, one, zero, bits, True, False, str(member).lower(), False
+        )
         assert y.tolist() == expected[member.name]

@@ -14,14 +14,12 @@ from brevitas_cpp.inject import (
 
 
 class Scaling:
-
     def __init__(self, scaling_init, scaling_min_val=None):
         self.scaling_init = scaling_init
         self.scaling_min_val = scaling_min_val
 
 
 class TensorQuant:
-
     def __init__(self, scaling_impl, bit_width, signed=True):
         self.scaling_impl = scaling_impl
         self.bit_width = bit_width
@@ -46,7 +44,6 @@ def test_classes_are_built_with_arguments_wired_by_name():
 
 def test_each_lookup_builds_fresh_objects_shared_within_the_lookup():
     class Pair:
-
         def __init__(self, scaling_impl, tensor_quant):
             self.a, self.b = scaling_impl, tensor_quant
 
@@ -58,7 +55,6 @@ def test_each_lookup_builds_fresh_objects_shared_within_the_lookup():
 def test_value_returning_a_class_is_instantiated():
 
     class Solved(Quant):
-
         @value
         def scaling_impl(bit_width):
             return Scaling if bit_width > 1 else TensorQuant
@@ -118,7 +114,6 @@ def test_missing_dependency_names_quantizer_attribute_and_chain():
 def test_dynamic_cycle_is_reported():
 
     class Cyclic(ExtendedInjector):
-
         @value
         def a():
             return TensorQuant  # needs scaling_impl and bit_width

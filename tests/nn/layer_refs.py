@@ -9,9 +9,9 @@ to configure layers come from brevitas_cpp.quant.
 from typing import Optional, Tuple
 
 import torch
+from helpers import ref_int_quant
 from torch import Tensor
 
-from helpers import ref_int_quant
 from brevitas_cpp import config
 from brevitas_cpp.inject.enum import ScalingImplType
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
@@ -25,19 +25,22 @@ JIT = config.JIT_ENABLED
 
 class ConstInt8Act(Int8ActPerTensorFloat):
     """Signed 8-bit, scale 1.28 / 128 = 0.01 (a signed threshold is divided by 2^(bits-1))."""
+
     scaling_impl_type = ScalingImplType.CONST
     scaling_init = 1.28
 
 
 class ConstUint8Act(Uint8ActPerTensorFloat):
     """Unsigned 8-bit, scale 2.55 / 255."""
+
     scaling_impl_type = ScalingImplType.CONST
     scaling_init = 2.55
 
 
-def const_act_scale(threshold: float, bit_width: int, signed: bool,
-                    dtype: torch.dtype = torch.float32) -> Tensor:
-    divisor = 2 ** (bit_width - 1) if signed else 2 ** bit_width - 1
+def const_act_scale(
+    threshold: float, bit_width: int, signed: bool, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    divisor = 2 ** (bit_width - 1) if signed else 2**bit_width - 1
     return torch.tensor(threshold, dtype=dtype) / divisor
 
 
@@ -65,14 +68,16 @@ def ref_weight(w: Tensor, bit_width: int = 8, channel_dim: Optional[int] = None)
     """Int8WeightPerTensorFloat / Int8WeightPerChannelFloat (at bit_width): narrow signed grid,
     clamp with a straight-through gradient, scale differentiable through the max."""
     scale = weight_scale(w, bit_width, channel_dim)
-    return ref_int_quant(w, scale, ZERO.to(w.dtype), torch.tensor(float(bit_width)), True, True,
-                         clamp_ste=True)
+    return ref_int_quant(
+        w, scale, ZERO.to(w.dtype), torch.tensor(float(bit_width)), True, True, clamp_ste=True
+    )
 
 
 def ref_bias(b: Tensor, scale: Tensor, bit_width: int = 32) -> Tensor:
     """IntBias: the bias on the accumulator grid scale (input scale x weight scale)."""
-    return ref_int_quant(b, scale.reshape(-1), ZERO.to(b.dtype), torch.tensor(float(bit_width)),
-                         True, False)
+    return ref_int_quant(
+        b, scale.reshape(-1), ZERO.to(b.dtype), torch.tensor(float(bit_width)), True, False
+    )
 
 
 # ---- comparisons ---------------------------------------------------------------------------------
@@ -90,8 +95,9 @@ def seeded_(module: torch.nn.Module, seed: int = 0, spread: float = 0.5) -> torc
     return module
 
 
-def assert_grads_close(actual: Optional[Tensor], expected: Optional[Tensor], rtol: float = 1e-5,
-                       atol: float = 1e-6) -> None:
+def assert_grads_close(
+    actual: Optional[Tensor], expected: Optional[Tensor], rtol: float = 1e-5, atol: float = 1e-6
+) -> None:
     """Gradients through the quantizers: the fused ops add up the scale's gradient in another
     order than autograd of the written-out formula (whose own order depends on the thread
     split), so equality holds to rounding only: elementwise rtol, and norm-wise rtol relative to

@@ -11,7 +11,6 @@ from brevitas_cpp import config
 
 
 class SmallNet(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.inp = qnn.QuantIdentity()

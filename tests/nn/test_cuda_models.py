@@ -26,12 +26,18 @@ class Net(nn.Module):
     def __init__(self, stats_steps: int = 4):
         super().__init__()
         self.inp = qnn.QuantIdentity(bit_width=8, collect_stats_steps=stats_steps)
-        self.conv1 = qnn.QuantConv2d(3, 8, 3, padding=1, weight_bit_width=4, weight_scaling_per_output_channel=True)
+        self.conv1 = qnn.QuantConv2d(
+            3, 8, 3, padding=1, weight_bit_width=4, weight_scaling_per_output_channel=True
+        )
         self.bn1 = nn.BatchNorm2d(8)
         self.relu1 = qnn.QuantReLU(bit_width=6, collect_stats_steps=stats_steps)
         self.conv2 = qnn.QuantConv2d(8, 8, 3, padding=1, weight_bit_width=8)
-        self.add = qnn.QuantEltwiseAdd(input_bit_width=8, output_bit_width=8, input_collect_stats_steps=stats_steps,
-                                       output_collect_stats_steps=stats_steps)
+        self.add = qnn.QuantEltwiseAdd(
+            input_bit_width=8,
+            output_bit_width=8,
+            input_collect_stats_steps=stats_steps,
+            output_collect_stats_steps=stats_steps,
+        )
         self.relu2 = qnn.QuantReLU(bit_width=8, collect_stats_steps=stats_steps)
         self.fc = qnn.QuantLinear(8, 5, bias=True, weight_bit_width=8)
 
@@ -64,7 +70,11 @@ def train(model, device, steps=30):
     xt, yt = (t.to(device) for t in data(256, seed=1))
     with torch.no_grad():
         acc = (model(xt).argmax(1) == yt).double().mean()
-    return torch.stack(losses).cpu(), float(acc), {k: v.cpu() for k, v in model.state_dict().items()}
+    return (
+        torch.stack(losses).cpu(),
+        float(acc),
+        {k: v.cpu() for k, v in model.state_dict().items()},
+    )
 
 
 @pytest.fixture(autouse=True)

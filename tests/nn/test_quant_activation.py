@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import assert_same, rand, ref_int_quant
+
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.nn.quant_activation import (
     QuantHardTanh,
@@ -48,7 +48,7 @@ LAYERS = {
 
 def int_threshold(bit_width: int, signed: bool) -> float:
     """What a per-tensor scale divides the statistic by: 2^(b-1) signed, 2^b - 1 unsigned."""
-    return float(2 ** (bit_width - 1)) if signed else float(2 ** bit_width - 1)
+    return float(2 ** (bit_width - 1)) if signed else float(2**bit_width - 1)
 
 
 def ref_stat(y: torch.Tensor) -> torch.Tensor:
@@ -68,8 +68,9 @@ def ref_collecting(y: torch.Tensor, bit_width: int = 8, signed: bool = False) ->
     return ref_int_quant(y, scale, ZERO.to(y.dtype), torch.tensor(float(bit_width)), signed, False)
 
 
-def ref_fixed(y: torch.Tensor, scale: torch.Tensor, bit_width: int = 8,
-              signed: bool = False) -> torch.Tensor:
+def ref_fixed(
+    y: torch.Tensor, scale: torch.Tensor, bit_width: int = 8, signed: bool = False
+) -> torch.Tensor:
     return ref_int_quant(y, scale, ZERO.to(y.dtype), torch.tensor(float(bit_width)), signed, False)
 
 
@@ -111,27 +112,33 @@ def test_defaults_as_brevitas(name):
     assert m.return_quant_tensor is False
     assert torch.equal(m.act_quant.bit_width(), torch.tensor(8.0))
     if JIT_ENABLED:
-        assert isinstance(m.act_quant.fused_activation_quant_proxy.tensor_quant,
-                          torch.jit.ScriptModule)
+        assert isinstance(
+            m.act_quant.fused_activation_quant_proxy.tensor_quant, torch.jit.ScriptModule
+        )
     assert not isinstance(m, torch.jit.ScriptModule)  # the layers themselves stay eager
 
 
 def test_hardtanh_defaults_and_folded_activation():
-    assert inspect.signature(QuantHardTanh.__init__).parameters["act_quant"].default \
+    assert (
+        inspect.signature(QuantHardTanh.__init__).parameters["act_quant"].default
         is Int8ActPerTensorFloatMinMaxInit
+    )
     m = QuantHardTanh(min_val=-0.5, max_val=0.5)
     # The quantizer's clamp is the HardTanh: no separate float activation runs.
     assert kind(m.act_quant.fused_activation_quant_proxy.activation_impl) == "Identity"
     assert m.act_quant.is_signed
     if JIT_ENABLED:
-        assert isinstance(m.act_quant.fused_activation_quant_proxy.tensor_quant,
-                          torch.jit.ScriptModule)
+        assert isinstance(
+            m.act_quant.fused_activation_quant_proxy.tensor_quant, torch.jit.ScriptModule
+        )
     # Scale initialised to max(|min_val|, |max_val|) / 2^7.
     assert torch.equal(m.act_quant.scale(), torch.tensor(0.5) / 128.0)
 
 
-@pytest.mark.parametrize("name, act_name", [("relu", "ReLU"), ("sigmoid", "Sigmoid"),
-                                            ("tanh", "Tanh"), ("identity", "Identity")])
+@pytest.mark.parametrize(
+    "name, act_name",
+    [("relu", "ReLU"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"), ("identity", "Identity")],
+)
 def test_activation_runs_before_the_quantizer(name, act_name):
     m = LAYERS[name][0]()
     assert kind(m.act_quant.fused_activation_quant_proxy.activation_impl) == act_name
@@ -226,8 +233,9 @@ def test_learned_scale_after_collection_and_its_gradient(dtype):
     assert torch.equal(value.detach(), ref_stat(F.relu(x0)))
     gx_value = torch.autograd.grad(out, value, g)[0]
 
-    ref_out, (ref_gvalue,) = grad_of(lambda v: ref_fixed(F.relu(x1), v / 255.0),
-                                     ref_stat(F.relu(x0)), g=g)
+    ref_out, (ref_gvalue,) = grad_of(
+        lambda v: ref_fixed(F.relu(x1), v / 255.0), ref_stat(F.relu(x0)), g=g
+    )
     assert torch.equal(out.detach(), ref_out)
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(gx_value, ref_gvalue, **tol)
@@ -236,8 +244,9 @@ def test_learned_scale_after_collection_and_its_gradient(dtype):
 # ---- HardTanh ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("min_val, max_val, bit_width", [(-0.5, 0.5, 8), (-1.0, 0.5, 8),
-                                                         (-2.0, 3.0, 4)])
+@pytest.mark.parametrize(
+    "min_val, max_val, bit_width", [(-0.5, 0.5, 8), (-1.0, 0.5, 8), (-2.0, 3.0, 4)]
+)
 def test_hardtanh_forward_and_gradients(min_val, max_val, bit_width):
     m = QuantHardTanh(min_val=min_val, max_val=max_val, bit_width=bit_width)
     init = torch.tensor(max(abs(min_val), abs(max_val)))
@@ -250,7 +259,8 @@ def test_hardtanh_forward_and_gradients(min_val, max_val, bit_width):
     out = m(xl)
     gx, gv = torch.autograd.grad(out, [xl, value], g)
     ref_out, (ref_gx, ref_gv) = grad_of(
-        lambda t, v: ref_fixed(t, v / threshold, bit_width, signed=True), x, init, g=g)
+        lambda t, v: ref_fixed(t, v / threshold, bit_width, signed=True), x, init, g=g
+    )
     assert torch.equal(out.detach(), ref_out)
     # Quantizer clamp, not STE: no gradient to clamped inputs.
     assert torch.equal(gx, ref_gx)
@@ -311,8 +321,9 @@ def test_disabled_identity_returns_its_input():
 
 def quant_input(training=True):
     value = torch.tensor([[-0.5, -0.25, 0.0, 0.25, 0.75]])
-    return IntQuantTensor(value, torch.tensor(0.25), torch.tensor(0.0), torch.tensor(4.0), True,
-                          training)
+    return IntQuantTensor(
+        value, torch.tensor(0.25), torch.tensor(0.0), torch.tensor(4.0), True, training
+    )
 
 
 def test_output_is_a_plain_tensor_by_default():
@@ -468,7 +479,10 @@ def test_state_dict_round_trip_of_a_learned_scale():
 
 def test_loads_checkpoint_with_brevitas_legacy_proxy_name():
     m = QuantHardTanh(min_val=-1.0, max_val=1.0)
-    legacy = {"act_quant_proxy.fused_activation_quant_proxy.tensor_quant.scaling_impl.value":
-              torch.tensor(0.5)}
+    legacy = {
+        "act_quant_proxy.fused_activation_quant_proxy.tensor_quant.scaling_impl.value": torch.tensor(
+            0.5
+        )
+    }
     m.load_state_dict(legacy)
     assert torch.equal(scaling_impl(m).value.detach(), torch.tensor(0.5))

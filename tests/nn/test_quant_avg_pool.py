@@ -10,15 +10,14 @@ import inspect
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import assert_same, rand
 from torch import nn
 
-from helpers import assert_same, rand
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.nn.quant_avg_pool import TruncAdaptiveAvgPool2d, TruncAvgPool2d
 from brevitas_cpp.proxy import TruncQuantProxyFromInjector
 from brevitas_cpp.quant import RoundTo8bit, TruncTo8bit
 from brevitas_cpp.quant_tensor import IntQuantTensor
-
 
 # ---- references ---------------------------------------------------------------------------------
 
@@ -28,31 +27,40 @@ def ste(fn, u):
     return u + (fn(u) - u).detach()
 
 
-def quant_tensor(shape, bit_width=8, signed=True, scale=0.05, dtype=torch.float32, seed=0,
-                 training=True, requires_grad=False):
+def quant_tensor(
+    shape,
+    bit_width=8,
+    signed=True,
+    scale=0.05,
+    dtype=torch.float32,
+    seed=0,
+    training=True,
+    requires_grad=False,
+):
     """An IntQuantTensor on a known grid: random integers in the bit width's range times scale."""
     g = torch.Generator().manual_seed(seed)
     if signed:
         lo, hi = -(2 ** (bit_width - 1)), 2 ** (bit_width - 1) - 1
     else:
-        lo, hi = 0, 2 ** bit_width - 1
+        lo, hi = 0, 2**bit_width - 1
     ints = torch.randint(lo, hi + 1, shape, generator=g).to(dtype)
     s = torch.tensor(scale, dtype=dtype if dtype == torch.float64 else torch.float32)
     value = (ints * s).to(dtype).requires_grad_(requires_grad)
-    return IntQuantTensor(value, s, torch.tensor(0.0), torch.tensor(float(bit_width)), signed,
-                          training)
+    return IntQuantTensor(
+        value, s, torch.tensor(0.0), torch.tensor(float(bit_width)), signed, training
+    )
 
 
 def ref_trunc(pooled, scale, bit_width, window, signed, out_bits=8, float_to_int=torch.round):
     """The window sum at scale / window, requantized to out_bits keeping the MSBs.
     Returns (value, scale, zero_point, bit_width)."""
     acc_scale = scale / window
-    acc_bit_width = torch.ceil(torch.log2((2.0 ** bit_width - 1) * window))
+    acc_bit_width = torch.ceil(torch.log2((2.0**bit_width - 1) * window))
     y = ste(torch.round, pooled / acc_scale + 0.0)  # removes float error: an integer sum
     trunc_scale = 2.0 ** (acc_bit_width - out_bits)
     y = ste(float_to_int, y / trunc_scale)
     lo = -(2.0 ** (out_bits - 1)) if signed else 0.0
-    hi = 2.0 ** (out_bits - 1) - 1 if signed else 2.0 ** out_bits - 1
+    hi = 2.0 ** (out_bits - 1) - 1 if signed else 2.0**out_bits - 1
     y = torch.where(y > hi, torch.tensor(hi, dtype=y.dtype), y)
     y = torch.where(y < lo, torch.tensor(lo, dtype=y.dtype), y)
     out_scale = acc_scale * trunc_scale
@@ -77,9 +85,12 @@ def test_defaults_as_brevitas():
     params = inspect.signature(TruncAvgPool2d.__init__).parameters
     assert params["trunc_quant"].default is RoundTo8bit
     assert params["return_quant_tensor"].default is True
-    assert (params["stride"].default, params["ceil_mode"].default,
-            params["count_include_pad"].default, params["divisor_override"].default) == (
-                None, False, True, None)
+    assert (
+        params["stride"].default,
+        params["ceil_mode"].default,
+        params["count_include_pad"].default,
+        params["divisor_override"].default,
+    ) == (None, False, True, None)
     params = inspect.signature(TruncAdaptiveAvgPool2d.__init__).parameters
     assert params["trunc_quant"].default is RoundTo8bit
     assert params["return_quant_tensor"].default is True
@@ -108,7 +119,7 @@ CASES = {
 
 
 def window_of(kernel_size):
-    return kernel_size[0] * kernel_size[1] if isinstance(kernel_size, tuple) else kernel_size ** 2
+    return kernel_size[0] * kernel_size[1] if isinstance(kernel_size, tuple) else kernel_size**2
 
 
 @pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
@@ -130,24 +141,34 @@ def test_worked_example_by_hand():
     # Accumulator: scale 0.5 / 4 = 0.125, bit width ceil(log2(255 * 4)) = 10, so 2 bits are
     # dropped: round(101 / 4) = 25 at scale 0.125 * 4 = 0.5, value 12.5.
     value = torch.tensor([[[[10.0, 20.0], [30.0, 41.0]]]]) * 0.5
-    qx = IntQuantTensor(value, torch.tensor(0.5), torch.tensor(0.0), torch.tensor(8.0), False,
-                        False)
+    qx = IntQuantTensor(
+        value, torch.tensor(0.5), torch.tensor(0.0), torch.tensor(8.0), False, False
+    )
     out = TruncAvgPool2d(2)(qx)
     # The output's training flag is the layer's mode, not the input's.
-    assert_quant_tensor(out, torch.tensor([[[[12.5]]]]), torch.tensor(0.5), torch.tensor(0.0),
-                        torch.tensor(8.0), signed=False, training=True)
+    assert_quant_tensor(
+        out,
+        torch.tensor([[[[12.5]]]]),
+        torch.tensor(0.5),
+        torch.tensor(0.0),
+        torch.tensor(8.0),
+        signed=False,
+        training=True,
+    )
     # TruncTo8bit floors instead: floor(101 / 4) = 25 as well; 103 / 4 would differ.
     qx = qx.set(value=torch.tensor([[[[10.0, 20.0], [30.0, 43.0]]]]) * 0.5)
     assert torch.equal(TruncAvgPool2d(2)(qx).value, torch.tensor([[[[13.0]]]]))
-    assert torch.equal(TruncAvgPool2d(2, trunc_quant=TruncTo8bit)(qx).value,
-                       torch.tensor([[[[12.5]]]]))
+    assert torch.equal(
+        TruncAvgPool2d(2, trunc_quant=TruncTo8bit)(qx).value, torch.tensor([[[[12.5]]]])
+    )
 
 
 def test_trunc_to_8bit_floors():
     m = TruncAvgPool2d(2, trunc_quant=TruncTo8bit)
     qx = quant_tensor((2, 2, 6, 6), 8, True, seed=2)
-    ref = ref_trunc(F.avg_pool2d(qx.value, 2), qx.scale, qx.bit_width, 4, True,
-                    float_to_int=torch.floor)
+    ref = ref_trunc(
+        F.avg_pool2d(qx.value, 2), qx.scale, qx.bit_width, 4, True, float_to_int=torch.floor
+    )
     assert_quant_tensor(m(qx), *ref, signed=True, training=True)
 
 
@@ -205,8 +226,9 @@ def test_train_and_eval():
 # ---- float paths ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
-                         ids=["f32", "f64", "bf16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["f32", "f64", "bf16"]
+)
 def test_plain_tensor_is_pooled_in_float(dtype):
     m = TruncAvgPool2d(3, stride=2, return_quant_tensor=False)
     x = rand((2, 3, 7, 7), dtype, seed=9).requires_grad_()
@@ -271,8 +293,9 @@ def test_adaptive_float_paths():
 def test_adaptive_bit_width_keyword_and_unsigned():
     m = TruncAdaptiveAvgPool2d(1, bit_width=6)
     qx = quant_tensor((2, 2, 4, 4), 8, False, seed=16)
-    ref = ref_trunc(F.adaptive_avg_pool2d(qx.value, 1), qx.scale, qx.bit_width, 16, False,
-                    out_bits=6)
+    ref = ref_trunc(
+        F.adaptive_avg_pool2d(qx.value, 1), qx.scale, qx.bit_width, 16, False, out_bits=6
+    )
     assert_quant_tensor(m(qx), *ref, signed=False, training=True)
 
 
@@ -316,12 +339,16 @@ def test_bad_return_quant_tensor_raises():
         TruncAvgPool2d(2, return_quant_tensor=1)
 
 
-@pytest.mark.parametrize("make", [lambda: TruncAvgPool2d(2), lambda: TruncAdaptiveAvgPool2d(2)],
-                         ids=["avg", "adaptive"])
+@pytest.mark.parametrize(
+    "make", [lambda: TruncAvgPool2d(2), lambda: TruncAdaptiveAvgPool2d(2)], ids=["avg", "adaptive"]
+)
 def test_cached_input_metadata_requantizes_later_plain_tensors(make):
     m = make()
     assert (m.cache_inference_quant_act, m.cache_quant_io_metadata_only, m.cache_class) == (
-        False, True, None)
+        False,
+        True,
+        None,
+    )
     qx = quant_tensor((1, 2, 4, 4), 8, True, seed=19)
     m(qx)
     assert m.cache_class is None  # caching is opt-in
@@ -332,5 +359,12 @@ def test_cached_input_metadata_requantizes_later_plain_tensors(make):
     assert torch.equal(m.cache_class.scale, qx.scale)
     # A plain tensor is now read on the cached grid.
     out = m(qx.value)
-    assert_quant_tensor(out, expected.value, expected.scale, expected.zero_point,
-                        expected.bit_width, signed=True, training=False)
+    assert_quant_tensor(
+        out,
+        expected.value,
+        expected.scale,
+        expected.zero_point,
+        expected.bit_width,
+        signed=True,
+        training=False,
+    )

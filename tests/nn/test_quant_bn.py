@@ -6,9 +6,9 @@ import os
 
 import pytest
 import torch
+from helpers import rand
 from torch import nn
 
-from helpers import rand
 from brevitas_cpp import config
 from brevitas_cpp.nn import BatchNorm1dToQuantScaleBias, BatchNorm2dToQuantScaleBias
 from brevitas_cpp.quant import Int8WeightPerChannelFloat
@@ -95,8 +95,7 @@ def test_own_state_dict_round_trip():
 def test_missing_keys_still_reported_without_statistics():
     m = BatchNorm2dToQuantScaleBias(4)
     result = m.load_state_dict({}, strict=False)
-    assert sorted(result.missing_keys) == (
-        [] if config.IGNORE_MISSING_KEYS else ["bias", "weight"])
+    assert sorted(result.missing_keys) == ([] if config.IGNORE_MISSING_KEYS else ["bias", "weight"])
 
 
 def test_defaults_and_scripted_quantizers():

@@ -11,9 +11,9 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rand
 from torch import nn
 
-from helpers import rand
 from brevitas_cpp.nn import QuantConv1d, QuantConv2d, QuantConv3d
 from brevitas_cpp.quant import Int8WeightPerChannelFloat, Int8WeightPerTensorFloat, Int32Bias
 from brevitas_cpp.quant_tensor import IntQuantTensor
@@ -49,8 +49,11 @@ def test_defaults(dims):
     m = conv(dims, 4, 6, 3)
     assert isinstance(m, CONVS[dims][1])
     assert m.weight_quant.is_quant_enabled
-    assert not (m.bias_quant.is_quant_enabled or m.input_quant.is_quant_enabled
-                or m.output_quant.is_quant_enabled)
+    assert not (
+        m.bias_quant.is_quant_enabled
+        or m.input_quant.is_quant_enabled
+        or m.output_quant.is_quant_enabled
+    )
     assert m.output_channel_dim == 0
     assert m.per_elem_ops == 2 * 3**dims * 4
     assert not m.channelwise_separable
@@ -61,16 +64,30 @@ def test_defaults(dims):
     R.assert_scripted_quantizers(m)
 
 
-@pytest.mark.parametrize("dims,config", [
-    (2, dict()), (2, dict(stride=2, padding=1)), (2, dict(dilation=2, groups=2)),
-    (2, dict(padding="same")), (1, dict(stride=2, dilation=2, groups=2)),
-    (3, dict(stride=2, padding=1, groups=2))],
-    ids=["2d-plain", "2d-stride-pad", "2d-dilation-groups", "2d-same", "1d", "3d"])
+@pytest.mark.parametrize(
+    "dims,config",
+    [
+        (2, dict()),
+        (2, dict(stride=2, padding=1)),
+        (2, dict(dilation=2, groups=2)),
+        (2, dict(padding="same")),
+        (1, dict(stride=2, dilation=2, groups=2)),
+        (3, dict(stride=2, padding=1, groups=2)),
+    ],
+    ids=["2d-plain", "2d-stride-pad", "2d-dilation-groups", "2d-same", "1d", "3d"],
+)
 def test_forward_quantizes_weight(dims, config):
     m = conv(dims, 4, 6, 3, **config)
     x = rand(CONVS[dims][3], seed=1)
-    expected = CONVS[dims][2](x, R.ref_weight(m.weight.detach()), m.bias.detach(),
-                              m.stride, m.padding, m.dilation, m.groups)
+    expected = CONVS[dims][2](
+        x,
+        R.ref_weight(m.weight.detach()),
+        m.bias.detach(),
+        m.stride,
+        m.padding,
+        m.dilation,
+        m.groups,
+    )
     assert torch.equal(m(x), expected)
 
 
@@ -81,7 +98,9 @@ def test_backward_matches_written_out_formula():
     (m(x) * g).sum().backward()
     gx, gw, gb = R.grad_of(
         lambda x, w, b: F.conv2d(x, R.ref_weight(w, channel_dim=0), b, padding=1),
-        (x.detach(), m.weight.detach(), m.bias.detach()), g)
+        (x.detach(), m.weight.detach(), m.bias.detach()),
+        g,
+    )
     R.assert_grads_close(x.grad, gx)
     R.assert_grads_close(m.weight.grad, gw)
     R.assert_grads_close(m.bias.grad, gb)
@@ -107,13 +126,17 @@ def _tf_same_pad(x, kernel, stride, dilation):
     return F.pad(x, pads)
 
 
-@pytest.mark.parametrize("dims,kernel,shape", [
-    (1, (3,), (2, 4, 9)),
-    (2, (3, 2), (2, 4, 8, 7)),
-    (3, (3, 3, 3), (1, 4, 5, 6, 7)),
-    # Only the depth needs padding (Brevitas 0.12 pads 3-d inputs only for height or width).
-    (3, (3, 1, 1), (1, 4, 5, 6, 6)),
-], ids=["1d", "2d", "3d", "3d-depth-only"])
+@pytest.mark.parametrize(
+    "dims,kernel,shape",
+    [
+        (1, (3,), (2, 4, 9)),
+        (2, (3, 2), (2, 4, 8, 7)),
+        (3, (3, 3, 3), (1, 4, 5, 6, 7)),
+        # Only the depth needs padding (Brevitas 0.12 pads 3-d inputs only for height or width).
+        (3, (3, 1, 1), (1, 4, 5, 6, 6)),
+    ],
+    ids=["1d", "2d", "3d", "3d-depth-only"],
+)
 def test_same_padding_with_stride(dims, kernel, shape):
     m = conv(dims, 4, 6, kernel, stride=2, padding="same")
     assert m.is_same_padded_strided
@@ -127,15 +150,24 @@ def test_same_padding_with_stride(dims, kernel, shape):
 
 @pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)
 def test_quantized_input_and_bias_give_accumulator_quant_tensor(dims):
-    m = conv(dims, 4, 6, 2, groups=2, input_quant=R.ConstInt8Act, bias_quant=Int32Bias,
-             return_quant_tensor=True)
+    m = conv(
+        dims,
+        4,
+        6,
+        2,
+        groups=2,
+        input_quant=R.ConstInt8Act,
+        bias_quant=Int32Bias,
+        return_quant_tensor=True,
+    )
     x = rand(CONVS[dims][3], seed=1)
     y = m(x)
     assert isinstance(y, IntQuantTensor)
     w = m.weight.detach()
     scale = SX * R.weight_scale(w)
-    expected = CONVS[dims][2](R.ref_act(x, SX), R.ref_weight(w),
-                              R.ref_bias(m.bias.detach(), scale.view(1)), groups=2)
+    expected = CONVS[dims][2](
+        R.ref_act(x, SX), R.ref_weight(w), R.ref_bias(m.bias.detach(), scale.view(1)), groups=2
+    )
     assert torch.equal(y.value, expected)
     assert torch.equal(y.scale, scale.view((1,) * (dims + 2)))
     assert torch.equal(y.zero_point, torch.zeros(1))
@@ -144,8 +176,16 @@ def test_quantized_input_and_bias_give_accumulator_quant_tensor(dims):
 
 
 def test_per_channel_weight_output_scale():
-    m = conv(2, 4, 6, 3, weight_quant=Int8WeightPerChannelFloat, bias=False,
-             input_quant=R.ConstInt8Act, return_quant_tensor=True)
+    m = conv(
+        2,
+        4,
+        6,
+        3,
+        weight_quant=Int8WeightPerChannelFloat,
+        bias=False,
+        input_quant=R.ConstInt8Act,
+        return_quant_tensor=True,
+    )
     x = rand((2, 4, 5, 5), seed=1)
     y = m(x)
     sw = R.weight_scale(m.weight.detach(), channel_dim=0)
@@ -180,17 +220,20 @@ def test_disabled_quantization_is_the_float_layer(dims, padding_mode):
     assert torch.equal(m.bias.grad, ref.bias.grad)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16],
-                         ids=["f64", "f16", "bf16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.float16, torch.bfloat16], ids=["f64", "f16", "bf16"]
+)
 def test_dtype_argument(dtype):
-    m = conv(2, 4, 6, 3, weight_quant=Int8WeightPerChannelFloat, dtype=dtype,
-             input_quant=R.ConstInt8Act)
+    m = conv(
+        2, 4, 6, 3, weight_quant=Int8WeightPerChannelFloat, dtype=dtype, input_quant=R.ConstInt8Act
+    )
     x = rand((2, 4, 5, 5), dtype=dtype, seed=1)
     y = m(x)
     assert y.dtype == dtype
     sx = R.const_act_scale(1.28, 8, True, dtype if dtype != torch.float64 else torch.float32)
-    expected = F.conv2d(R.ref_act(x, sx), R.ref_weight(m.weight.detach(), channel_dim=0),
-                        m.bias.detach())
+    expected = F.conv2d(
+        R.ref_act(x, sx), R.ref_weight(m.weight.detach(), channel_dim=0), m.bias.detach()
+    )
     assert torch.equal(y, expected)
 
 
@@ -199,20 +242,36 @@ def test_loads_float_checkpoint_without_flags():
     m = conv(2, 4, 6, 3, input_quant=R.ConstInt8Act, output_quant=R.ConstInt8Act)
     m.load_state_dict(float_layer.state_dict())
     x = rand((2, 4, 5, 5), seed=1)
-    acc = F.conv2d(R.ref_act(x, SX), R.ref_weight(float_layer.weight.detach()),
-                   float_layer.bias.detach())
+    acc = F.conv2d(
+        R.ref_act(x, SX), R.ref_weight(float_layer.weight.detach()), float_layer.bias.detach()
+    )
     assert torch.equal(m(x), R.ref_act(acc, SX))
 
 
 def test_state_dict_round_trip():
-    m = conv(2, 4, 6, 3, weight_quant=Int8WeightPerChannelFloat,
-             weight_scaling_impl_type="parameter_from_stats", weight_bit_width=6)
+    m = conv(
+        2,
+        4,
+        6,
+        3,
+        weight_quant=Int8WeightPerChannelFloat,
+        weight_scaling_impl_type="parameter_from_stats",
+        weight_bit_width=6,
+    )
     x = rand((2, 4, 5, 5), seed=1)
     m(x)
     with torch.no_grad():
         m.weight_quant.tensor_quant.scaling_impl.value.mul_(0.8)
-    fresh = conv(2, 4, 6, 3, seed=9, weight_quant=Int8WeightPerChannelFloat,
-                 weight_scaling_impl_type="parameter_from_stats", weight_bit_width=6)
+    fresh = conv(
+        2,
+        4,
+        6,
+        3,
+        seed=9,
+        weight_quant=Int8WeightPerChannelFloat,
+        weight_scaling_impl_type="parameter_from_stats",
+        weight_bit_width=6,
+    )
     fresh.load_state_dict(m.state_dict())
     assert torch.equal(fresh(x), m(x))
 
@@ -252,8 +311,11 @@ def test_merged_float_layer_equals_conv_then_bn():
 
 
 def test_bad_keyword_names_layer_and_prefixes():
-    with pytest.raises(TypeError, match=r"QuantConv2d: unknown keyword argument "
-                       r"weight_scaling_per_output_chanel=True.*accepted prefixes: 'input_' "
-                       r"\(input_quant\), 'output_' \(output_quant\), 'weight_' \(weight_quant\), "
-                       r"'bias_' \(bias_quant\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"QuantConv2d: unknown keyword argument "
+        r"weight_scaling_per_output_chanel=True.*accepted prefixes: 'input_' "
+        r"\(input_quant\), 'output_' \(output_quant\), 'weight_' \(weight_quant\), "
+        r"'bias_' \(bias_quant\)",
+    ):
         QuantConv2d(4, 6, 3, weight_scaling_per_output_chanel=True)

@@ -9,9 +9,9 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rand
 from torch import nn
 
-from helpers import rand
 from brevitas_cpp.nn import QuantConvTranspose1d, QuantConvTranspose2d, QuantConvTranspose3d
 from brevitas_cpp.quant import Int8WeightPerChannelFloat, Int32Bias
 from brevitas_cpp.quant_tensor import IntQuantTensor
@@ -57,10 +57,17 @@ def test_defaults(dims):
     R.assert_scripted_quantizers(m)
 
 
-@pytest.mark.parametrize("dims,config", [
-    (2, dict()), (2, dict(stride=2, padding=1, output_padding=1)), (2, dict(groups=2, dilation=2)),
-    (1, dict(stride=2, groups=2)), (3, dict(stride=2, padding=1, dilation=2))],
-    ids=["2d-plain", "2d-stride-pad", "2d-groups-dilation", "1d", "3d"])
+@pytest.mark.parametrize(
+    "dims,config",
+    [
+        (2, dict()),
+        (2, dict(stride=2, padding=1, output_padding=1)),
+        (2, dict(groups=2, dilation=2)),
+        (1, dict(stride=2, groups=2)),
+        (3, dict(stride=2, padding=1, dilation=2)),
+    ],
+    ids=["2d-plain", "2d-stride-pad", "2d-groups-dilation", "1d", "3d"],
+)
 def test_forward_quantizes_weight(dims, config):
     m = convt(dims, 4, 6, 3, **config)
     x = rand(CONVS[dims][3], seed=1)
@@ -84,7 +91,9 @@ def test_backward_matches_written_out_formula():
     (y * g).sum().backward()
     gx, gw, gb = R.grad_of(
         lambda x, w, b: F.conv_transpose2d(x, R.ref_weight(w), b, stride=2),
-        (x.detach(), m.weight.detach(), m.bias.detach()), g)
+        (x.detach(), m.weight.detach(), m.bias.detach()),
+        g,
+    )
     R.assert_grads_close(x.grad, gx)
     R.assert_grads_close(m.weight.grad, gw)
     R.assert_grads_close(m.bias.grad, gb)
@@ -104,22 +113,39 @@ def test_output_size(dilation):
     # Passed down as an argument, not kept for the next call.
     assert tuple(m(x).shape[2:]) != tuple(size)
     # With a QuantTensor requested too (the handler derives the accumulator's metadata).
-    mq = convt(2, 4, 6, 3, stride=2, dilation=dilation, input_quant=R.ConstInt8Act,
-               return_quant_tensor=True)
+    mq = convt(
+        2,
+        4,
+        6,
+        3,
+        stride=2,
+        dilation=dilation,
+        input_quant=R.ConstInt8Act,
+        return_quant_tensor=True,
+    )
     assert tuple(mq(x, output_size=size).value.shape[2:]) == tuple(size)
 
 
 @pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)
 def test_quantized_input_and_bias_give_accumulator_quant_tensor(dims):
-    m = convt(dims, 4, 6, 3, stride=2, input_quant=R.ConstInt8Act, bias_quant=Int32Bias,
-              return_quant_tensor=True)
+    m = convt(
+        dims,
+        4,
+        6,
+        3,
+        stride=2,
+        input_quant=R.ConstInt8Act,
+        bias_quant=Int32Bias,
+        return_quant_tensor=True,
+    )
     x = rand(CONVS[dims][3], seed=1)
     y = m(x)
     assert isinstance(y, IntQuantTensor)
     w = m.weight.detach()
     scale = SX * R.weight_scale(w)
-    expected = run_ref(dims, m, R.ref_act(x, SX), R.ref_weight(w),
-                       R.ref_bias(m.bias.detach(), scale.view(1)))
+    expected = run_ref(
+        dims, m, R.ref_act(x, SX), R.ref_weight(w), R.ref_bias(m.bias.detach(), scale.view(1))
+    )
     assert torch.equal(y.value, expected)
     assert torch.equal(y.scale, scale.view((1,) * (dims + 2)))
     # Brevitas's bound: overlapping kernel taps summed over dims (ceil(3 / 2) each) x C_out.
@@ -156,8 +182,9 @@ def test_low_precision_dtype(dtype):
     y = m(x)
     assert y.dtype == dtype
     sx = R.const_act_scale(1.28, 8, True, dtype)
-    assert torch.equal(y, run_ref(2, m, R.ref_act(x, sx), R.ref_weight(m.weight.detach()),
-                                  m.bias.detach()))
+    assert torch.equal(
+        y, run_ref(2, m, R.ref_act(x, sx), R.ref_weight(m.weight.detach()), m.bias.detach())
+    )
 
 
 def test_loads_float_checkpoint_without_flags():
@@ -165,8 +192,9 @@ def test_loads_float_checkpoint_without_flags():
     m = convt(2, 4, 6, 3, stride=2, weight_quant=Int8WeightPerChannelFloat)
     m.load_state_dict(float_layer.state_dict())
     x = rand((2, 4, 4, 3), seed=1)
-    expected = run_ref(2, m, x, R.ref_weight(float_layer.weight.detach(), channel_dim=1),
-                       float_layer.bias.detach())
+    expected = run_ref(
+        2, m, x, R.ref_weight(float_layer.weight.detach(), channel_dim=1), float_layer.bias.detach()
+    )
     assert torch.equal(m(x), expected)
 
 

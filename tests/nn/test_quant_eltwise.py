@@ -10,8 +10,8 @@ import math
 
 import pytest
 import torch
-
 from helpers import assert_same, rand, ref_int_quant
+
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.nn.quant_eltwise import QuantCat, QuantEltwiseAdd
 from brevitas_cpp.proxy import ActQuantProxyFromInjector
@@ -50,8 +50,14 @@ def running(*stats):
 
 
 def int_qt(value, scale, bit_width=8, signed=True, training=True):
-    return IntQuantTensor(value, torch.tensor(scale), torch.tensor(0.0),
-                          torch.tensor(float(bit_width)), signed, training)
+    return IntQuantTensor(
+        value,
+        torch.tensor(scale),
+        torch.tensor(0.0),
+        torch.tensor(float(bit_width)),
+        signed,
+        training,
+    )
 
 
 def grid(shape, scale, seed, bit_width=8):
@@ -80,8 +86,9 @@ def test_defaults_as_brevitas(cls):
     assert m.channelwise_separable is True and m.return_quant_tensor is False
     if JIT_ENABLED:
         for proxy in (m.input_quant, m.output_quant):
-            assert isinstance(proxy.fused_activation_quant_proxy.tensor_quant,
-                              torch.jit.ScriptModule)
+            assert isinstance(
+                proxy.fused_activation_quant_proxy.tensor_quant, torch.jit.ScriptModule
+            )
 
 
 # ---- QuantEltwiseAdd -----------------------------------------------------------------------------
@@ -147,8 +154,11 @@ def test_add_gradients(dtype):
     torch.testing.assert_close(gb, rb, **tol)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
-                         ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+    ids=["f32", "f64", "f16", "bf16"],
+)
 def test_add_disabled_is_the_float_sum(dtype):
     m = QuantEltwiseAdd(input_quant=None, output_quant=None)
     a = rand((3, 4), dtype, seed=12).requires_grad_()
@@ -297,8 +307,11 @@ def test_cat_gradients():
     torch.testing.assert_close(gb, rb, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
-                         ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+    ids=["f32", "f64", "f16", "bf16"],
+)
 def test_cat_disabled_is_torch_cat(dtype):
     m = QuantCat(input_quant=None, output_quant=None)
     a, b = rand((2, 3), dtype, seed=35), rand((2, 4), dtype, seed=36)
@@ -338,9 +351,11 @@ def test_cat_mixed_inputs_give_a_plain_tensor():
     assert torch.equal(m([qa, b]), torch.cat([qa.value, b], 1))
 
 
-@pytest.mark.parametrize("bad", [torch.zeros(2, 2), [], (), 3,
-                                 int_qt(torch.zeros(2), 0.1)],
-                         ids=["tensor", "empty list", "empty tuple", "int", "quant tensor"])
+@pytest.mark.parametrize(
+    "bad",
+    [torch.zeros(2, 2), [], (), 3, int_qt(torch.zeros(2), 0.1)],
+    ids=["tensor", "empty list", "empty tuple", "int", "quant tensor"],
+)
 def test_cat_bad_tensor_list_raises(bad):
     with pytest.raises(ValueError, match="QuantCat: tensor_list must be a non-empty list"):
         QuantCat()(bad)

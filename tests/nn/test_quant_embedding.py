@@ -50,8 +50,9 @@ def test_backward():
     m = embedding(padding_idx=0)
     g = R.seeded_(nn.Linear(6, 1), seed=3).weight.detach().expand(2, 4, 6)
     (m(IDX) * g).sum().backward()
-    (gw,) = R.grad_of(lambda w: F.embedding(IDX, R.ref_weight(w), padding_idx=0),
-                      (m.weight.detach(),), g)
+    (gw,) = R.grad_of(
+        lambda w: F.embedding(IDX, R.ref_weight(w), padding_idx=0), (m.weight.detach(),), g
+    )
     R.assert_grads_close(m.weight.grad, gw)
 
 
@@ -99,8 +100,11 @@ def test_rejects_quant_tensor_input():
 
 
 def test_keyword_errors():
-    with pytest.raises(TypeError, match="QuantEmbedding: unexpected keyword argument "
-                       "input_bit_width=4.*accepted prefixes: 'weight_' \\(weight_quant\\)$"):
+    with pytest.raises(
+        TypeError,
+        match="QuantEmbedding: unexpected keyword argument "
+        "input_bit_width=4.*accepted prefixes: 'weight_' \\(weight_quant\\)$",
+    ):
         QuantEmbedding(10, 6, input_bit_width=4)
     with pytest.raises(TypeError, match="return_quant_tensor must be a bool"):
         QuantEmbedding(10, 6, return_quant_tensor="yes")

@@ -4,9 +4,9 @@ forward of every weight layer), with small layers defined here."""
 
 import pytest
 import torch
+from helpers import rand, ref_int_quant
 from torch import nn
 
-from helpers import rand, ref_int_quant
 from brevitas_cpp.inject.enum import ScalingImplType
 from brevitas_cpp.nn import QuantLinear
 from brevitas_cpp.nn.quant_layer import (
@@ -33,21 +33,29 @@ class ConstInt8Act(Int8ActPerTensorFloat):
 
 
 class ReLUAct(QuantNonLinearActLayer):
-
-    def __init__(self, act_quant=ConstUint8Act, input_quant=None, return_quant_tensor=False,
-                 **kwargs):
-        QuantNonLinearActLayer.__init__(self, nn.ReLU, True, input_quant, act_quant,
-                                        return_quant_tensor, **kwargs)
+    def __init__(
+        self, act_quant=ConstUint8Act, input_quant=None, return_quant_tensor=False, **kwargs
+    ):
+        QuantNonLinearActLayer.__init__(
+            self, nn.ReLU, True, input_quant, act_quant, return_quant_tensor, **kwargs
+        )
 
 
 class Passthrough(QuantInputOutputLayer, nn.Module):
     """input_quant -> identity -> output_quant."""
 
-    def __init__(self, input_quant=None, output_quant=None, tie_input_output_quant=False,
-                 return_quant_tensor=False, **kwargs):
+    def __init__(
+        self,
+        input_quant=None,
+        output_quant=None,
+        tie_input_output_quant=False,
+        return_quant_tensor=False,
+        **kwargs,
+    ):
         nn.Module.__init__(self)
-        QuantInputOutputLayer.__init__(self, input_quant, output_quant, tie_input_output_quant,
-                                       return_quant_tensor, **kwargs)
+        QuantInputOutputLayer.__init__(
+            self, input_quant, output_quant, tie_input_output_quant, return_quant_tensor, **kwargs
+        )
 
     def forward(self, x):
         return self.pack_output(self.output_quant(self.input_quant(self.unpack_input(x))))
@@ -61,8 +69,9 @@ def test_nonlinear_act_layer_quantizes_the_activation():
     x = rand((3, 7), seed=1) * 2
     y = m(x)
     scale = torch.tensor(2.55) / 255
-    assert torch.equal(y.value, ref_int_quant(torch.relu(x), scale, ZERO, torch.tensor(8.0),
-                                              False, False))
+    assert torch.equal(
+        y.value, ref_int_quant(torch.relu(x), scale, ZERO, torch.tensor(8.0), False, False)
+    )
     assert torch.equal(y.scale, scale) and not y.signed
     assert type(ReLUAct()(x)) is torch.Tensor
     assert m.channelwise_separable
@@ -106,10 +115,12 @@ def test_tied_input_output_quant():
     assert m.output_quant is m.input_quant
     m = Passthrough(output_quant=ConstInt8Act, tie_input_output_quant=True)
     assert m.input_quant is m.output_quant
-    with pytest.raises(ValueError,
-                       match="Passthrough: tie_input_output_quant=True needs exactly one"):
-        Passthrough(input_quant=ConstInt8Act, output_quant=ConstInt8Act,
-                    tie_input_output_quant=True)
+    with pytest.raises(
+        ValueError, match="Passthrough: tie_input_output_quant=True needs exactly one"
+    ):
+        Passthrough(
+            input_quant=ConstInt8Act, output_quant=ConstInt8Act, tie_input_output_quant=True
+        )
 
 
 def test_input_output_layer_forward():
@@ -117,8 +128,9 @@ def test_input_output_layer_forward():
     x = rand((3, 7), seed=1)
     xq = ref_int_quant(x, torch.tensor(1.28) / 128, ZERO, torch.tensor(8.0), True, False)
     y = m(x)
-    assert torch.equal(y.value, ref_int_quant(xq, torch.tensor(2.55) / 255, ZERO,
-                                              torch.tensor(8.0), False, False))
+    assert torch.equal(
+        y.value, ref_int_quant(xq, torch.tensor(2.55) / 255, ZERO, torch.tensor(8.0), False, False)
+    )
 
 
 # ---- QuantWeightBiasInputOutputLayer -------------------------------------------------------------
@@ -131,7 +143,6 @@ def test_alias():
 def test_weight_layer_must_define_its_op():
 
     class Incomplete(QuantWBIOL, nn.Linear):
-
         def __init__(self):
             nn.Linear.__init__(self, 3, 2)
             QuantWBIOL.__init__(self, None, None, None, None, False)
@@ -169,7 +180,11 @@ def test_quant_tensor_and_tensor_inputs_agree():
 def test_act_quant_dtype_device_defaults():
     layer = nn.Module()
     half = act_quant_dtype_device(layer, {"input_dtype": torch.float32}, torch.float16, "cpu")
-    assert half == {"input_dtype": torch.float32, "input_device": "cpu", "output_device": "cpu",
-                    "output_dtype": torch.float16}
+    assert half == {
+        "input_dtype": torch.float32,
+        "input_device": "cpu",
+        "output_device": "cpu",
+        "output_dtype": torch.float16,
+    }
     # Wider dtypes keep Brevitas's float32 activation scales.
     assert act_quant_dtype_device(nn.Module(), {}, torch.float64, None) == {}

@@ -10,9 +10,9 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import rand, ref_int_quant
 from torch import nn
 
-from helpers import rand, ref_int_quant
 from brevitas_cpp.nn import QuantLinear
 from brevitas_cpp.quant import (
     Int8ActPerTensorFloat,
@@ -66,8 +66,11 @@ def test_backward_matches_written_out_formula():
     x = rand((4, 6), seed=1).requires_grad_()
     g = rand((4, 5), seed=2)
     (m(x) * g).sum().backward()
-    gx, gw, gb = R.grad_of(lambda x, w, b: F.linear(x, R.ref_weight(w), b),
-                           (x.detach(), m.weight.detach(), m.bias.detach()), g)
+    gx, gw, gb = R.grad_of(
+        lambda x, w, b: F.linear(x, R.ref_weight(w), b),
+        (x.detach(), m.weight.detach(), m.bias.detach()),
+        g,
+    )
     R.assert_grads_close(x.grad, gx)
     R.assert_grads_close(m.weight.grad, gw)
     assert torch.equal(m.bias.grad, gb)
@@ -142,8 +145,11 @@ def test_quant_tensor_output_unpacked_by_default():
     assert type(y) is torch.Tensor
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
-                         ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+    ids=["f32", "f64", "f16", "bf16"],
+)
 def test_disabled_quantization_is_the_float_layer(dtype):
     m = linear(weight_quant=None, dtype=dtype)
     ref = R.seeded_(nn.Linear(6, 5, dtype=dtype))
@@ -160,8 +166,9 @@ def test_disabled_quantization_is_the_float_layer(dtype):
     assert torch.equal(m.bias.grad, ref.bias.grad)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16],
-                         ids=["f64", "f16", "bf16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.float16, torch.bfloat16], ids=["f64", "f16", "bf16"]
+)
 def test_dtype_argument(dtype):
     m = linear(dtype=dtype)
     assert m.weight.dtype == dtype
@@ -175,8 +182,13 @@ def test_dtype_argument(dtype):
 def test_low_precision_dtype_reaches_activation_quantizers(dtype):
     """A float32 input scale would turn the float16 activation into float32 (Brevitas then fails
     in the matmul); the layer's dtype is given to its input and output quantizers."""
-    m = linear(dtype=dtype, input_quant=R.ConstInt8Act, bias_quant=Int32Bias,
-               output_quant=R.ConstInt8Act, return_quant_tensor=True)
+    m = linear(
+        dtype=dtype,
+        input_quant=R.ConstInt8Act,
+        bias_quant=Int32Bias,
+        output_quant=R.ConstInt8Act,
+        return_quant_tensor=True,
+    )
     x = rand((4, 6), dtype=dtype, seed=1)
     y = m(x)
     sx = R.const_act_scale(1.28, 8, True, dtype)
@@ -204,8 +216,13 @@ def test_train_and_eval_use_the_same_weight_quantization():
 def test_train_and_eval_activation_statistics():
     """Batch statistics in training (max|x| / 128 for this signed 8-bit input quantizer), the
     collected ones in eval (after one batch: that batch's)."""
-    m = linear(bias=False, weight_quant=None, input_quant=Int8ActPerTensorFloat,
-               input_scaling_impl_type="stats", input_scaling_stats_op="max")
+    m = linear(
+        bias=False,
+        weight_quant=None,
+        input_quant=Int8ActPerTensorFloat,
+        input_scaling_impl_type="stats",
+        input_scaling_stats_op="max",
+    )
     x1, x2 = rand((4, 6), seed=1), rand((4, 6), seed=2) * 2
     w = m.weight.detach()
     assert torch.equal(m(x1), F.linear(R.ref_act(x1, x1.abs().max() / 128), w))
@@ -236,8 +253,11 @@ def test_loads_float_checkpoint_without_flags():
     assert torch.equal(m.weight, float_layer.weight)
     x = rand((4, 6), seed=1)
     w = float_layer.weight.detach()
-    expected = F.linear(R.ref_act(x, SX), R.ref_weight(w),
-                        R.ref_bias(float_layer.bias.detach(), (SX * R.weight_scale(w)).view(1)))
+    expected = F.linear(
+        R.ref_act(x, SX),
+        R.ref_weight(w),
+        R.ref_bias(float_layer.bias.detach(), (SX * R.weight_scale(w)).view(1)),
+    )
     assert torch.equal(m(x), expected)
 
 
@@ -260,8 +280,9 @@ def test_shared_input_quantizer_is_one_module():
     b = linear(input_quant=a.input_quant)
     assert b.input_quant is a.input_quant
     x = rand((4, 6), seed=1)
-    assert torch.equal(b(x), F.linear(R.ref_act(x, SX), R.ref_weight(b.weight.detach()),
-                                      b.bias.detach()))
+    assert torch.equal(
+        b(x), F.linear(R.ref_act(x, SX), R.ref_weight(b.weight.detach()), b.bias.detach())
+    )
 
 
 def test_merge_bn_in_folds_and_requantizes():
@@ -290,8 +311,11 @@ def test_bias_false_has_no_bias_quant_input():
 
 
 def test_unknown_prefixed_keyword_raises():
-    with pytest.raises(TypeError, match=r"QuantLinear: unknown keyword argument weight_bitwidth=4.*"
-                       r"Did you mean weight_bit_width"):
+    with pytest.raises(
+        TypeError,
+        match=r"QuantLinear: unknown keyword argument weight_bitwidth=4.*"
+        r"Did you mean weight_bit_width",
+    ):
         QuantLinear(6, 5, weight_bitwidth=4)
 
 

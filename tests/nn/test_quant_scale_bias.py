@@ -6,8 +6,8 @@ import os
 
 import pytest
 import torch
-
 from helpers import rand
+
 from brevitas_cpp.nn import QuantScaleBias, ScaleBias
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Int8WeightPerChannelFloat, Int16Bias
 from brevitas_cpp.quant_tensor import IntQuantTensor
@@ -74,15 +74,19 @@ def test_quant_scale_bias_forward_and_backward(bias):
 
 
 def test_quantized_input_and_bias_return_quant_tensor():
-    m = R.seeded_(QuantScaleBias(4, True, input_quant=R.ConstInt8Act, bias_quant=Int16Bias,
-                                 return_quant_tensor=True))
+    m = R.seeded_(
+        QuantScaleBias(
+            4, True, input_quant=R.ConstInt8Act, bias_quant=Int16Bias, return_quant_tensor=True
+        )
+    )
     x = rand((2, 4, 3, 3), seed=1)
     y = m(x)
     assert isinstance(y, IntQuantTensor)
     w = m.weight.detach()
     scale = SX * R.weight_scale(w)
     expected = R.ref_act(x, SX) * R.ref_weight(w).view(RS) + R.ref_bias(
-        m.bias.detach(), scale.view(1), 16).view(RS)
+        m.bias.detach(), scale.view(1), 16
+    ).view(RS)
     assert torch.equal(y.value, expected)
     torch.testing.assert_close(y.scale.view(()), scale, rtol=0, atol=0)
 
@@ -110,8 +114,9 @@ def test_state_dict_round_trip():
 
 
 def test_bad_keyword():
-    with pytest.raises(TypeError,
-                       match="QuantScaleBias: unexpected keyword argument runtime_shap="):
+    with pytest.raises(
+        TypeError, match="QuantScaleBias: unexpected keyword argument runtime_shap="
+    ):
         QuantScaleBias(4, True, runtime_shap=(1, -1))
 
 

@@ -8,9 +8,9 @@ import inspect
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import assert_same, rand
 from torch import nn
 
-from helpers import assert_same, rand
 from brevitas_cpp.nn.quant_upsample import (
     QuantUpsample,
     QuantUpsamplingBilinear2d,
@@ -26,14 +26,22 @@ def ste_round(u):
     return u + (torch.round(u) - u).detach()
 
 
-def quant_tensor(shape=(2, 3, 3, 4), scale=0.1, dtype=torch.float32, seed=0, training=True,
-                 signed=True, zero_point=0.0):
+def quant_tensor(
+    shape=(2, 3, 3, 4),
+    scale=0.1,
+    dtype=torch.float32,
+    seed=0,
+    training=True,
+    signed=True,
+    zero_point=0.0,
+):
     """An IntQuantTensor on a known grid (random 8-bit ints times scale)."""
     g = torch.Generator().manual_seed(seed)
     ints = torch.randint(-128, 128, shape, generator=g).to(dtype)
     s = torch.tensor(scale, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
-    return IntQuantTensor((ints * s).to(dtype), s, torch.tensor(zero_point), torch.tensor(8.0),
-                          signed, training)
+    return IntQuantTensor(
+        (ints * s).to(dtype), s, torch.tensor(zero_point), torch.tensor(8.0), signed, training
+    )
 
 
 def assert_same_metadata(out, qx):
@@ -48,9 +56,13 @@ def assert_same_metadata(out, qx):
 
 def test_defaults_as_brevitas():
     params = inspect.signature(QuantUpsample.__init__).parameters
-    assert (params["size"].default, params["scale_factor"].default, params["mode"].default,
-            params["align_corners"].default, params["return_quant_tensor"].default) == (
-                None, None, "nearest", None, True)
+    assert (
+        params["size"].default,
+        params["scale_factor"].default,
+        params["mode"].default,
+        params["align_corners"].default,
+        params["return_quant_tensor"].default,
+    ) == (None, None, "nearest", None, True)
     for cls in (QuantUpsamplingBilinear2d, QuantUpsamplingNearest2d):
         params = inspect.signature(cls.__init__).parameters
         assert list(params)[1:] == ["size", "scale_factor", "return_quant_tensor"]
@@ -69,12 +81,16 @@ def test_defaults_as_brevitas():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("layer, kwargs", [
-    (QuantUpsamplingNearest2d, dict(scale_factor=2)),
-    (QuantUpsamplingNearest2d, dict(size=(5, 7))),
-    (QuantUpsample, dict(scale_factor=3)),
-    (QuantUpsample, dict(size=(4, 9))),
-], ids=["nearest2d-x2", "nearest2d-size", "upsample-x3", "upsample-size"])
+@pytest.mark.parametrize(
+    "layer, kwargs",
+    [
+        (QuantUpsamplingNearest2d, dict(scale_factor=2)),
+        (QuantUpsamplingNearest2d, dict(size=(5, 7))),
+        (QuantUpsample, dict(scale_factor=3)),
+        (QuantUpsample, dict(size=(4, 9))),
+    ],
+    ids=["nearest2d-x2", "nearest2d-size", "upsample-x3", "upsample-size"],
+)
 def test_nearest_copies_values_and_keeps_metadata(layer, kwargs, dtype):
     qx = quant_tensor(dtype=dtype, seed=1)
     out = layer(**kwargs)(qx)
@@ -113,14 +129,23 @@ ROUNDED = [
     (QuantUpsamplingBilinear2d, dict(scale_factor=2), dict(mode="bilinear", align_corners=True)),
     (QuantUpsamplingBilinear2d, dict(size=(5, 6)), dict(mode="bilinear", align_corners=True)),
     (QuantUpsample, dict(scale_factor=2, mode="bilinear"), dict(mode="bilinear")),
-    (QuantUpsample, dict(size=(5, 6), mode="bilinear", align_corners=True),
-     dict(mode="bilinear", align_corners=True)),
+    (
+        QuantUpsample,
+        dict(size=(5, 6), mode="bilinear", align_corners=True),
+        dict(mode="bilinear", align_corners=True),
+    ),
     (QuantUpsample, dict(scale_factor=2, mode="bicubic"), dict(mode="bicubic")),
     # Brevitas rounds every mode but 'nearest', so 'nearest-exact' too (a no-op on the grid).
     (QuantUpsample, dict(scale_factor=2, mode="nearest-exact"), dict(mode="nearest-exact")),
 ]
-ROUNDED_IDS = ["bilinear2d-x2", "bilinear2d-size", "upsample-bilinear", "upsample-bilinear-ac",
-               "upsample-bicubic", "upsample-nearest-exact"]
+ROUNDED_IDS = [
+    "bilinear2d-x2",
+    "bilinear2d-size",
+    "upsample-bilinear",
+    "upsample-bilinear-ac",
+    "upsample-bicubic",
+    "upsample-nearest-exact",
+]
 
 
 def interp_kwargs(layer_kwargs, fn_kwargs):
@@ -141,14 +166,21 @@ def test_interpolation_is_rounded_to_the_input_scale(layer, kwargs, fn_kwargs, d
 def test_worked_example_by_hand():
     # Levels 0 and 1 at scale 0.5, upsampled x2 with align_corners: 0, 1/3, 2/3, 1 levels,
     # rounded to 0, 0, 1, 1 levels.
-    qx = IntQuantTensor(torch.tensor([[[[0.0, 0.5]]]]), torch.tensor(0.5), torch.tensor(0.0),
-                        torch.tensor(8.0), False, False)
+    qx = IntQuantTensor(
+        torch.tensor([[[[0.0, 0.5]]]]),
+        torch.tensor(0.5),
+        torch.tensor(0.0),
+        torch.tensor(8.0),
+        False,
+        False,
+    )
     out = QuantUpsamplingBilinear2d(size=(1, 4))(qx)
     assert torch.equal(out.value, torch.tensor([[[[0.0, 0.0, 0.5, 0.5]]]]))
 
 
-@pytest.mark.parametrize("layer, kwargs, fn_kwargs", ROUNDED[:3] + ROUNDED[4:5],
-                         ids=ROUNDED_IDS[:3] + ROUNDED_IDS[4:5])
+@pytest.mark.parametrize(
+    "layer, kwargs, fn_kwargs", ROUNDED[:3] + ROUNDED[4:5], ids=ROUNDED_IDS[:3] + ROUNDED_IDS[4:5]
+)
 def test_rounding_is_straight_through(layer, kwargs, fn_kwargs):
     qx = quant_tensor(dtype=torch.float64, seed=6)
     leaf = qx.value.clone().requires_grad_()
@@ -163,9 +195,11 @@ def test_rounding_is_straight_through(layer, kwargs, fn_kwargs):
     torch.testing.assert_close(gs, rs, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("layer", [QuantUpsamplingBilinear2d(scale_factor=2),
-                                   QuantUpsample(scale_factor=2, mode="bicubic")],
-                         ids=["bilinear2d", "upsample-bicubic"])
+@pytest.mark.parametrize(
+    "layer",
+    [QuantUpsamplingBilinear2d(scale_factor=2), QuantUpsample(scale_factor=2, mode="bicubic")],
+    ids=["bilinear2d", "upsample-bicubic"],
+)
 def test_interpolating_modes_need_a_quant_tensor(layer):
     name = type(layer).__name__
     with pytest.raises(TypeError, match=rf"{name}: mode='\w+' .* must be a QuantTensor"):

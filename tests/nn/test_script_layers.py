@@ -15,7 +15,6 @@ from torch import Tensor, nn
 import brevitas_cpp.nn as qnn
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Int8WeightPerChannelFloat, Int32Bias
 
-
 STEPS = 4  # two warm-up steps, the switch to the learned scale, one learned-scale step
 WARMUP = {"collect_stats_steps": 2}
 INPUT_WARMUP = {"input_collect_stats_steps": 2}
@@ -65,32 +64,43 @@ def _int32_bias(**kwargs) -> Dict[str, object]:
 LAYERS: Dict[str, Tuple[Callable[[], nn.Module], Tuple[int, ...]]] = {
     "QuantLinear": (lambda: qnn.QuantLinear(6, 5, **_int32_bias()), (3, 6)),
     "QuantLinear-no-bias-output-quant": (
-        lambda: qnn.QuantLinear(6, 5, bias=False, output_quant=Int8ActPerTensorFloat,
-                                output_collect_stats_steps=2), (3, 6)),
+        lambda: qnn.QuantLinear(
+            6, 5, bias=False, output_quant=Int8ActPerTensorFloat, output_collect_stats_steps=2
+        ),
+        (3, 6),
+    ),
     "QuantConv1d": (lambda: qnn.QuantConv1d(3, 4, 3, **_int32_bias()), (2, 3, 9)),
     "QuantConv2d-same-strided": (
         lambda: qnn.QuantConv2d(3, 4, 3, stride=2, padding="same", **_int32_bias()),
-        (2, 3, 9, 8)),
+        (2, 3, 9, 8),
+    ),
     "QuantConv2d-per-channel-grouped": (
         lambda: qnn.QuantConv2d(4, 4, 3, groups=2, weight_quant=Int8WeightPerChannelFloat),
-        (2, 4, 6, 6)),
+        (2, 4, 6, 6),
+    ),
     "QuantConv3d": (lambda: qnn.QuantConv3d(3, 4, 2, bias=False), (2, 3, 4, 4, 4)),
     "QuantConvTranspose1d": (
-        lambda: qnn.QuantConvTranspose1d(3, 4, 3, stride=2, **_int32_bias()), (2, 3, 5)),
+        lambda: qnn.QuantConvTranspose1d(3, 4, 3, stride=2, **_int32_bias()),
+        (2, 3, 5),
+    ),
     "QuantConvTranspose2d": (
         lambda: qnn.QuantConvTranspose2d(3, 4, 3, stride=2, output_padding=1, **_int32_bias()),
-        (2, 3, 4, 5)),
+        (2, 3, 4, 5),
+    ),
     "QuantConvTranspose3d": (lambda: qnn.QuantConvTranspose3d(3, 2, 2), (1, 3, 3, 3, 3)),
     "QuantIdentity": (lambda: qnn.QuantIdentity(**WARMUP), (3, 7)),
     "QuantReLU": (lambda: qnn.QuantReLU(**WARMUP), (3, 7)),
     "QuantReLU-float": (lambda: qnn.QuantReLU(act_quant=None), (3, 7)),
     "QuantSigmoid-input-quant": (
         lambda: qnn.QuantSigmoid(input_quant=Int8ActPerTensorFloat, **WARMUP, **INPUT_WARMUP),
-        (3, 7)),
+        (3, 7),
+    ),
     "QuantTanh": (lambda: qnn.QuantTanh(**WARMUP), (3, 7)),
     "QuantHardTanh": (lambda: qnn.QuantHardTanh(min_val=-0.5, max_val=0.5), (3, 7)),
     "QuantHardTanh-float": (
-        lambda: qnn.QuantHardTanh(act_quant=None, min_val=-0.5, max_val=0.5), (3, 7)),
+        lambda: qnn.QuantHardTanh(act_quant=None, min_val=-0.5, max_val=0.5),
+        (3, 7),
+    ),
     "QuantEltwiseAdd": (_Add, (3, 7)),
     "QuantCat": (_Cat, (3, 7)),
     "QuantScaleBias": (lambda: qnn.QuantScaleBias(3, True, **_int32_bias()), (2, 3, 4, 4)),
@@ -98,15 +108,20 @@ LAYERS: Dict[str, Tuple[Callable[[], nn.Module], Tuple[int, ...]]] = {
     "BatchNorm2dToQuantScaleBias": (lambda: qnn.BatchNorm2dToQuantScaleBias(3), (2, 3, 4, 4)),
     "TruncAvgPool2d-float": (
         lambda: qnn.TruncAvgPool2d(2, trunc_quant=None, return_quant_tensor=False),
-        (2, 3, 4, 4)),
+        (2, 3, 4, 4),
+    ),
     "TruncAdaptiveAvgPool2d-float": (
         lambda: qnn.TruncAdaptiveAvgPool2d(2, trunc_quant=None, return_quant_tensor=False),
-        (2, 3, 5, 5)),
+        (2, 3, 5, 5),
+    ),
     "QuantUpsample-nearest": (
-        lambda: qnn.QuantUpsample(scale_factor=2, return_quant_tensor=False), (2, 3, 3, 3)),
+        lambda: qnn.QuantUpsample(scale_factor=2, return_quant_tensor=False),
+        (2, 3, 3, 3),
+    ),
     "QuantUpsamplingNearest2d": (
         lambda: qnn.QuantUpsamplingNearest2d(scale_factor=2, return_quant_tensor=False),
-        (2, 3, 3, 3)),
+        (2, 3, 3, 3),
+    ),
     "QuantEmbedding": (_Embed, (3, 5)),
 }
 
@@ -134,8 +149,7 @@ def _assert_same(expected, actual) -> None:
         assert g is None or torch.equal(g_s, g)
 
 
-def _assert_scripted_matches(eager: nn.Module, scripted: nn.Module,
-                             shape: Tuple[int, ...]) -> None:
+def _assert_scripted_matches(eager: nn.Module, scripted: nn.Module, shape: Tuple[int, ...]) -> None:
     def sgd(model: nn.Module) -> Callable[[], None]:
         params = list(model.parameters())  # none for float activations and pooling
         return torch.optim.SGD(params, lr=0.05).step if params else (lambda: None)
@@ -158,9 +172,17 @@ def test_scripted_layer_trains_and_evaluates_like_the_eager_one(name):
     _assert_scripted_matches(_build(constructor), torch.jit.script(_build(constructor)), shape)
 
 
-@pytest.mark.parametrize("name", ["QuantConv2d-same-strided", "QuantConvTranspose2d",
-                                  "QuantSigmoid-input-quant", "QuantCat", "QuantScaleBias",
-                                  "QuantEmbedding"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "QuantConv2d-same-strided",
+        "QuantConvTranspose2d",
+        "QuantSigmoid-input-quant",
+        "QuantCat",
+        "QuantScaleBias",
+        "QuantEmbedding",
+    ],
+)
 def test_saved_scripted_layer_trains_like_the_eager_one(name):
     constructor, shape = LAYERS[name]
     buffer = io.BytesIO()
@@ -174,7 +196,6 @@ def test_transposed_conv_output_size_scripts():
         return _build(lambda: qnn.QuantConvTranspose2d(3, 4, 3, stride=2))
 
     class WithOutputSize(nn.Module):
-
         def __init__(self, layer: nn.Module) -> None:
             super().__init__()
             self.layer = layer
@@ -196,22 +217,34 @@ def _shared_proxy_model() -> nn.Module:
 
 # constructor, what the error names
 REFUSED = {
-    "return_quant_tensor": (lambda: qnn.QuantLinear(3, 4, return_quant_tensor=True),
-                            ["QuantLinear", "return_quant_tensor=True"]),
-    "bias-needs-input-scale": (lambda: qnn.QuantConv2d(3, 4, 3, bias_quant=Int32Bias),
-                               ["QuantConv2d", "Int32Bias", "input_quant="]),
-    "truncation": (lambda: qnn.TruncAvgPool2d(2, return_quant_tensor=False),
-                   ["TruncAvgPool2d", "trunc_quant"]),
+    "return_quant_tensor": (
+        lambda: qnn.QuantLinear(3, 4, return_quant_tensor=True),
+        ["QuantLinear", "return_quant_tensor=True"],
+    ),
+    "bias-needs-input-scale": (
+        lambda: qnn.QuantConv2d(3, 4, 3, bias_quant=Int32Bias),
+        ["QuantConv2d", "Int32Bias", "input_quant="],
+    ),
+    "truncation": (
+        lambda: qnn.TruncAvgPool2d(2, return_quant_tensor=False),
+        ["TruncAvgPool2d", "trunc_quant"],
+    ),
     "bilinear-upsampling": (
         lambda: qnn.QuantUpsamplingBilinear2d(scale_factor=2, return_quant_tensor=False),
-        ["QuantUpsamplingBilinear2d", "mode='bilinear'"]),
-    "default-upsample-returns-quant-tensor": (lambda: qnn.QuantUpsample(scale_factor=2),
-                                              ["QuantUpsample", "return_quant_tensor=True"]),
-    "embedding-return_quant_tensor": (lambda: qnn.QuantEmbedding(3, 4, return_quant_tensor=True),
-                                      ["QuantEmbedding", "return_quant_tensor=True"]),
+        ["QuantUpsamplingBilinear2d", "mode='bilinear'"],
+    ),
+    "default-upsample-returns-quant-tensor": (
+        lambda: qnn.QuantUpsample(scale_factor=2),
+        ["QuantUpsample", "return_quant_tensor=True"],
+    ),
+    "embedding-return_quant_tensor": (
+        lambda: qnn.QuantEmbedding(3, 4, return_quant_tensor=True),
+        ["QuantEmbedding", "return_quant_tensor=True"],
+    ),
     "tied-input-output-quant": (
         lambda: qnn.QuantEltwiseAdd(output_quant=None, tie_input_output_quant=True),
-        ["QuantEltwiseAdd", "tie_input_output_quant=True"]),
+        ["QuantEltwiseAdd", "tie_input_output_quant=True"],
+    ),
     "shared-proxy": (_shared_proxy_model, ["ActQuantProxyFromInjector", "shared by 2 layers"]),
 }
 

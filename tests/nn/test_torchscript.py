@@ -38,8 +38,14 @@ class SmallQuantCNN(nn.Module):
         super().__init__()
         self.inp = qnn.QuantIdentity(collect_stats_steps=WARMUP_STEPS)
         self.conv = qnn.QuantConv2d(
-            3, 4, 3, bias=True, bias_quant=Int32Bias, input_quant=Int8ActPerTensorFloat,
-            input_collect_stats_steps=WARMUP_STEPS)
+            3,
+            4,
+            3,
+            bias=True,
+            bias_quant=Int32Bias,
+            input_quant=Int8ActPerTensorFloat,
+            input_collect_stats_steps=WARMUP_STEPS,
+        )
         self.relu = qnn.QuantReLU(collect_stats_steps=WARMUP_STEPS)
         self.fc = qnn.QuantLinear(4 * 6 * 6, 5, bias=True)
 
@@ -250,11 +256,19 @@ def write_cpp_fixture(directory: Path) -> None:
     loaded = torch.jit.load(str(directory / "model.pt"))
     assert loaded.training
     stored = torch.jit.load(str(directory / "expected.pt"))
-    _assert_same(_forward_backward(loaded, stored.input),
-                 (stored.output, stored.input_grad,
-                  {name: getattr(stored, "grad_" + name.replace(".", "_")) for name in grads}))
+    _assert_same(
+        _forward_backward(loaded, stored.input),
+        (
+            stored.output,
+            stored.input_grad,
+            {name: getattr(stored, "grad_" + name.replace(".", "_")) for name in grads},
+        ),
+    )
 
 
 def test_cpp_fixture_is_written_and_loads_back(tmp_path):
     write_cpp_fixture(tmp_path / "jit_fixture")
-    assert sorted(p.name for p in (tmp_path / "jit_fixture").iterdir()) == ["expected.pt", "model.pt"]
+    assert sorted(p.name for p in (tmp_path / "jit_fixture").iterdir()) == [
+        "expected.pt",
+        "model.pt",
+    ]

@@ -46,27 +46,44 @@ A8 = dict(input_quant=Int8ActPerTensorFloat, input_collect_stats_steps=2)
 # statistics collection and the learned scale after it.
 LAYERS = {
     "conv2d-weight-only": (lambda: QuantConv2d(3, 4, 3, padding=1), [(2, 3, 6, 6)]),
-    "conv2d-in-out-bias": (lambda: QuantConv2d(
-        3, 4, 3, output_quant=Int8ActPerTensorFloat, output_collect_stats_steps=2,
-        bias_quant=Int8BiasPerTensorFloatInternalScaling, **A8), [(2, 3, 6, 6)]),
-    "conv2d-same-strided": (lambda: QuantConv2d(3, 4, 3, stride=2, padding="same", **A8),
-                            [(2, 3, 7, 7)]),
-    "conv2d-reflect": (lambda: QuantConv2d(3, 4, 3, padding=1, padding_mode="reflect",
-                                           bias=False), [(2, 3, 6, 6)]),
+    "conv2d-in-out-bias": (
+        lambda: QuantConv2d(
+            3,
+            4,
+            3,
+            output_quant=Int8ActPerTensorFloat,
+            output_collect_stats_steps=2,
+            bias_quant=Int8BiasPerTensorFloatInternalScaling,
+            **A8,
+        ),
+        [(2, 3, 6, 6)],
+    ),
+    "conv2d-same-strided": (
+        lambda: QuantConv2d(3, 4, 3, stride=2, padding="same", **A8),
+        [(2, 3, 7, 7)],
+    ),
+    "conv2d-reflect": (
+        lambda: QuantConv2d(3, 4, 3, padding=1, padding_mode="reflect", bias=False),
+        [(2, 3, 6, 6)],
+    ),
     "conv1d-groups": (lambda: QuantConv1d(4, 4, 3, groups=2, **A8), [(2, 4, 9)]),
     "convtranspose2d": (lambda: QuantConvTranspose2d(3, 4, 3, stride=2, **A8), [(2, 3, 5, 5)]),
     "linear-int32-bias": (lambda: QuantLinear(5, 3, bias_quant=Int32Bias, **A8), [(4, 5)]),
     "linear-no-quant": (lambda: QuantLinear(5, 3, weight_quant=None), [(4, 5)]),
     "scale-bias": (lambda: QuantScaleBias(3, True), [(2, 3, 4, 4)]),
-    "scale-bias-int32": (lambda: QuantScaleBias(3, True, bias_quant=Int32Bias, **A8),
-                         [(2, 3, 4, 4)]),
+    "scale-bias-int32": (
+        lambda: QuantScaleBias(3, True, bias_quant=Int32Bias, **A8),
+        [(2, 3, 4, 4)],
+    ),
     "relu": (lambda: QuantReLU(collect_stats_steps=2), [(4, 6)]),
     "relu-input-quant": (lambda: QuantReLU(collect_stats_steps=2, **A8), [(4, 6)]),
     "identity": (lambda: QuantIdentity(collect_stats_steps=2), [(4, 6)]),
     "hardtanh": (lambda: QuantHardTanh(max_val=1.0, min_val=-1.0), [(4, 6)]),
     "sigmoid-no-act-quant": (lambda: QuantSigmoid(act_quant=None), [(4, 6)]),
-    "eltwise-add": (lambda: QuantEltwiseAdd(input_collect_stats_steps=2,
-                                            output_collect_stats_steps=2), [(4, 6), (4, 6)]),
+    "eltwise-add": (
+        lambda: QuantEltwiseAdd(input_collect_stats_steps=2, output_collect_stats_steps=2),
+        [(4, 6), (4, 6)],
+    ),
 }
 # With a quantized bias, QuantScaleBias always works on QuantTensors (see its _wants_quant_tensor).
 NO_TUPLE_PATH = {"scale-bias-int32"}
@@ -80,8 +97,11 @@ def _count_proxy_forward_calls(monkeypatch):
     """Counts the calls of the proxies' forward (wrapped, keeping the mark that lets layers
     call quant_tuple directly)."""
     calls = []
-    for cls in (ActQuantProxyFromInjectorBase, WeightQuantProxyFromInjectorBase,
-                BiasQuantProxyFromInjector):
+    for cls in (
+        ActQuantProxyFromInjectorBase,
+        WeightQuantProxyFromInjectorBase,
+        BiasQuantProxyFromInjector,
+    ):
         original = cls.forward
 
         @wraps_quant_tuple
@@ -148,8 +168,12 @@ def test_quant_tensor_requests_take_the_quant_tensor_path(monkeypatch):
     conv = QuantConv2d(3, 4, 3, return_quant_tensor=True, **A8)
     out = conv(torch.randn(1, 3, 5, 5))
     assert isinstance(out, IntQuantTensor)
-    assert calls == ["ActQuantProxyFromInjector", "WeightQuantProxyFromInjector",
-                     "BiasQuantProxyFromInjector", "ActQuantProxyFromInjector"]
+    assert calls == [
+        "ActQuantProxyFromInjector",
+        "WeightQuantProxyFromInjector",
+        "BiasQuantProxyFromInjector",
+        "ActQuantProxyFromInjector",
+    ]
     relu = QuantReLU(return_quant_tensor=True)
     qt = relu(torch.randn(2, 4))
     assert isinstance(qt, IntQuantTensor)
@@ -170,7 +194,7 @@ def test_accumulator_scale_of_a_plain_input_bias():
     input_scale = linear.input_quant.scale()
     weight_scale = linear.quant_weight().scale
     acc_scale = input_scale * weight_scale
-    expected_bias = torch.round(linear.bias / acc_scale).clamp(-2**31, 2**31 - 1) * acc_scale
+    expected_bias = torch.round(linear.bias / acc_scale).clamp(-(2**31), 2**31 - 1) * acc_scale
     q_x = linear.input_quant(x).value
     expected = torch.nn.functional.linear(q_x, linear.quant_weight().value, expected_bias)
     assert torch.equal(linear(x), expected)
@@ -206,7 +230,8 @@ def test_proxy_hooks_run():
     conv(torch.randn(1, 3, 5, 5))
     assert seen == ["input", "weight"]
     handle = torch.nn.modules.module.register_module_forward_hook(
-        lambda m, i, o: seen.append(type(m).__name__))
+        lambda m, i, o: seen.append(type(m).__name__)
+    )
     try:
         seen.clear()
         QuantReLU()(torch.randn(2, 4))
@@ -271,6 +296,7 @@ def test_shared_input_quant_between_layers():
     second.eval()
     quant_x = second.input_quant(x)
     assert isinstance(quant_x, IntQuantTensor)
-    expected = nn.functional.conv2d(quant_x.value, second.quant_weight().value, second.bias,
-                                    padding=1)
+    expected = nn.functional.conv2d(
+        quant_x.value, second.quant_weight().value, second.bias, padding=1
+    )
     assert torch.equal(second(x), expected)

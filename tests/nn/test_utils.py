@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from helpers import rand
 from torch import nn
 
-from helpers import rand
 from brevitas_cpp.nn import QuantConv2d, QuantConvTranspose2d
 from brevitas_cpp.nn.utils import (
     check_tensors_same_ptr,
@@ -47,11 +47,16 @@ def test_merge_bn_affine_free():
 
 def test_merge_bn_errors():
     conv = QuantConv2d(3, 4, 3)
-    with pytest.raises(ValueError, match="QuantConv2d.merge_bn_in: the batch norm BatchNorm2d has "
-                       "no running statistics"):
+    with pytest.raises(
+        ValueError,
+        match="QuantConv2d.merge_bn_in: the batch norm BatchNorm2d has no running statistics",
+    ):
         conv.merge_bn_in(nn.BatchNorm2d(4, track_running_stats=False))
-    with pytest.raises(ValueError, match="QuantConv2d.merge_bn_in: the batch norm has 5 channels "
-                       "but the layer has 4 output channels"):
+    with pytest.raises(
+        ValueError,
+        match="QuantConv2d.merge_bn_in: the batch norm has 5 channels "
+        "but the layer has 4 output channels",
+    ):
         conv.merge_bn_in(nn.BatchNorm2d(5))
     with pytest.raises(ValueError, match="has 3 channels but the layer has 6 output channels"):
         QuantConvTranspose2d(4, 6, 3, groups=2).merge_bn_in(nn.BatchNorm2d(3))

@@ -9,12 +9,20 @@ import sys
 from pathlib import Path
 
 # What test modules, conftest and the examples import besides brevitas_cpp (heaviest first).
-SUITE_MODULES = ["numpy", "hypothesis", "expecttest", "torch.testing._internal.optests",
-                 "torch._dynamo", "torch.distributed", "torch.fx"]
+SUITE_MODULES = [
+    "numpy",
+    "hypothesis",
+    "expecttest",
+    "torch.testing._internal.optests",
+    "torch._dynamo",
+    "torch.distributed",
+    "torch.fx",
+]
 
 
 def import_library() -> None:
     import brevitas_cpp
+
     for info in pkgutil.walk_packages(brevitas_cpp.__path__, "brevitas_cpp."):
         if not info.name.endswith(".libbrevitas_cpp_ops"):  # the op library, not a module
             importlib.import_module(info.name)
@@ -27,8 +35,10 @@ def import_suite() -> None:
 
 def main() -> int:
     order = sys.argv[1]
-    steps = {"suite-first": [import_suite, import_library],
-             "library-first": [import_library, import_suite]}[order]
+    steps = {
+        "suite-first": [import_suite, import_library],
+        "library-first": [import_library, import_suite],
+    }[order]
     for step in steps:
         step()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,7 +58,9 @@ def main() -> int:
                 print(f"FAIL {case.name}: message lacks {missing}: {message!r}", flush=True)
         except Exception as exc:  # noqa: BLE001 - reported, not swallowed
             failures += 1
-            print(f"FAIL {case.name}: {type(exc).__name__} instead of RuntimeError: {exc}", flush=True)
+            print(
+                f"FAIL {case.name}: {type(exc).__name__} instead of RuntimeError: {exc}", flush=True
+            )
         else:
             failures += 1
             print(f"FAIL {case.name}: no error raised", flush=True)

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bad_input_cases import cases
 
 RUNNER = Path(__file__).resolve().parent / "_run_bad_inputs.py"
@@ -18,14 +17,17 @@ RUNNER = Path(__file__).resolve().parent / "_run_bad_inputs.py"
 
 @pytest.mark.parametrize("order", ["suite-first", "library-first"])
 def test_bad_inputs_raise_in_a_fresh_interpreter(order):
-    proc = subprocess.run([sys.executable, "-P", str(RUNNER), order], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-P", str(RUNNER), order], capture_output=True, text=True, timeout=600
+    )
     lines = proc.stdout.splitlines()
     if proc.returncode < 0:
         started = [line for line in lines if line.startswith("start ")]
-        last = started[-1][len("start "):] if started else "(before the first case)"
-        pytest.fail(f"the interpreter died with {signal.Signals(-proc.returncode).name} in case "
-                    f"{last}\n{proc.stderr[-4000:]}")
+        last = started[-1][len("start ") :] if started else "(before the first case)"
+        pytest.fail(
+            f"the interpreter died with {signal.Signals(-proc.returncode).name} in case "
+            f"{last}\n{proc.stderr[-4000:]}"
+        )
     failures = [line for line in lines if line.startswith("FAIL ")]
     assert not failures, "\n".join(failures)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -10,9 +10,6 @@ In backward the sign is straight-through (its value is detached, its gradient is
 
 import pytest
 import torch
-
-import brevitas_cpp  # noqa: F401  (registers the ops)
-from brevitas_cpp.function import binary_quant, clamped_binary_quant
 from helpers import (
     DTYPES,
     MASKS2,
@@ -29,6 +26,9 @@ from helpers import (
     ref_sign_ste,
     ref_tensor_clamp,
 )
+
+import brevitas_cpp  # noqa: F401  (registers the ops)
+from brevitas_cpp.function import binary_quant, clamped_binary_quant
 
 OPS = torch.ops.brevitas_cpp
 
@@ -70,8 +70,25 @@ def test_forward_bitwise(kind, dtype, case):
 def test_forward_special_values(kind, dtype):
     op, ref, _ = OPS_AND_REFS[kind]
     s = torch.tensor(0.75, dtype=dtype)
-    x = torch.tensor([0.0, -0.0, 0.75, -0.75, 0.7, -0.7, 3.0, -3.0, 1e-5, -1e-5, float("inf"), float("-inf"), 6e4,
-                      -6e4], dtype=dtype)
+    x = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            0.75,
+            -0.75,
+            0.7,
+            -0.7,
+            3.0,
+            -3.0,
+            1e-5,
+            -1e-5,
+            float("inf"),
+            float("-inf"),
+            6e4,
+            -6e4,
+        ],
+        dtype=dtype,
+    )
     y = op(x, s)
     assert_bitwise(y, ref(x, s))
     want = torch.tensor([1, 1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1], dtype=dtype) * s
@@ -153,7 +170,11 @@ def test_gradients_vs_composition(kind, dtype, case):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gradients_reduced_precision(kind, dtype):
     op, ref, _ = OPS_AND_REFS[kind]
-    x, s, g = rand((2, 4, 3, 3), dtype), rand_pos((1, 4, 1, 1), dtype), rand((2, 4, 3, 3), dtype, seed=3)
+    x, s, g = (
+        rand((2, 4, 3, 3), dtype),
+        rand_pos((1, 4, 1, 1), dtype),
+        rand((2, 4, 3, 3), dtype, seed=3),
+    )
     y, (gx, gs) = grads(op, (x, s), g, (True, True))
     yr, (rx, rs) = grads(ref, (x, s), g, (True, True))
     assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
@@ -177,7 +198,11 @@ def test_non_contiguous_gradients():
     g = rand((5, 6, 4), seed=7).permute(2, 1, 0)
     for kind in OPS_AND_REFS:
         op, ref, _ = OPS_AND_REFS[kind]
-        for x in [base.transpose(0, 2).contiguous().transpose(0, 2), base[:, ::1, :].permute(0, 1, 2), base]:
+        for x in [
+            base.transpose(0, 2).contiguous().transpose(0, 2),
+            base[:, ::1, :].permute(0, 1, 2),
+            base,
+        ]:
             s = rand_pos((1, 6, 1))
             y, (gx, gs) = grads(op, (x, s), g, (True, True))
             yr, (rx, rs) = grads(ref, (x, s), g, (True, True))
@@ -196,7 +221,9 @@ def test_gradcheck_binary_in_scale():
 
 def test_gradcheck_clamped_in_scale_unclamped_region():
     # With |x| < s for every perturbation the clamp is inactive: y = binary_sign(x) * s.
-    x = (torch.rand(4, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64) - 0.5) * 0.4
+    x = (
+        torch.rand(4, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64) - 0.5
+    ) * 0.4
     s = (rand_pos((4, 1), torch.float64) + 0.3).requires_grad_()
     assert bool((x.abs() < s.detach()).all())
     assert torch.autograd.gradcheck(lambda s_: clamped_binary_quant(x, s_), (s,))
@@ -209,7 +236,11 @@ def test_gradcheck_clamped_in_scale_unclamped_region():
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
 def test_backward_op_outputs(output_mask, kind):
     _, ref, name = OPS_AND_REFS[kind]
-    x, s, g = rand((3, 4, 5), torch.float64), rand_pos((1, 4, 1), torch.float64), rand((3, 4, 5), torch.float64, seed=4)
+    x, s, g = (
+        rand((3, 4, 5), torch.float64),
+        rand_pos((1, 4, 1), torch.float64),
+        rand((3, 4, 5), torch.float64, seed=4),
+    )
     _, (rx, rs) = grads(ref, (x, s), g, (True, True))
     gx, gs = getattr(OPS, f"_{name}_backward")(g, x, s, output_mask)
     if output_mask[0]:
@@ -223,10 +254,12 @@ def test_backward_op_outputs(output_mask, kind):
 
 
 def test_binary_backward_without_x():
-    x, s, g = rand((3, 4)), rand_pos((3, 1)), rand((3, 4), seed=4)
+    s, g = rand_pos((3, 1)), rand((3, 4), seed=4)
     gx, gs = OPS._binary_quant_backward(g, None, s, [True, False])
     assert torch.equal(gx, g * s) and gs is None
-    with pytest.raises(RuntimeError, match=r"_binary_quant_backward: the gradient of scale needs x"):
+    with pytest.raises(
+        RuntimeError, match=r"_binary_quant_backward: the gradient of scale needs x"
+    ):
         OPS._binary_quant_backward(g, None, s, [True, True])
 
 
@@ -251,7 +284,9 @@ def test_opcheck_forward(kind, noncontig, requires_grad):
     x, s = quant_opcheck_inputs(noncontig, requires_grad)
     torch.library.opcheck(getattr(OPS, name), (x, s))
     if requires_grad:  # per-tensor scale requiring grad, x without
-        torch.library.opcheck(getattr(OPS, name), (x.detach(), torch.tensor(0.3, requires_grad=True)))
+        torch.library.opcheck(
+            getattr(OPS, name), (x.detach(), torch.tensor(0.3, requires_grad=True))
+        )
 
 
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
@@ -285,14 +320,21 @@ def test_bad_inputs(kind):
         op(torch.ones(2, 5, dtype=torch.int32), torch.tensor(1, dtype=torch.int32))
     with pytest.raises(RuntimeError, match=rf"{name}: scale must have the dtype of x"):
         op(x, torch.tensor(0.5, dtype=torch.float64))
-    with pytest.raises(RuntimeError, match=rf"{name}: scale of shape \[3\] does not broadcast to x of shape \[2, 5\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{name}: scale of shape \[3\] does not broadcast to x of shape \[2, 5\]",
+    ):
         op(x, torch.ones(3))
     with pytest.raises(RuntimeError, match=r"scale of shape \[4, 2, 5\] does not broadcast"):
         op(x, torch.ones(4, 2, 5))
-    with pytest.raises(RuntimeError, match=r"scale of shape \[2, 1\] does not broadcast to x of shape \[1, 5\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale of shape \[2, 1\] does not broadcast to x of shape \[1, 5\]"
+    ):
         op(rand((1, 5)), torch.ones(2, 1))
     for v, text in [(0.0, "0"), (-1.0, "-1"), (float("inf"), "inf"), (float("nan"), "nan")]:
-        with pytest.raises(RuntimeError, match=rf"{name}: scale must be positive and finite, got {text}\b"):
+        with pytest.raises(
+            RuntimeError, match=rf"{name}: scale must be positive and finite, got {text}\b"
+        ):
             op(x, torch.tensor(v))
         with pytest.raises(RuntimeError, match=rf"scale must be positive and finite, got {text}\b"):
             op(x, torch.tensor([[1.0], [v]]))
@@ -301,7 +343,9 @@ def test_bad_inputs(kind):
 
 
 @pytest.mark.parametrize("kind", list(OPS_AND_REFS))
-@pytest.mark.parametrize("xs,ss", [((3, 40001), (3, 1)), ((4, 20003), (1, 20003)), ((64, 40, 33), (64, 40, 1))])
+@pytest.mark.parametrize(
+    "xs,ss", [((3, 40001), (3, 1)), ((4, 20003), (1, 20003)), ((64, 40, 33), (64, 40, 1))]
+)
 def test_large_tensors(kind, xs, ss):
     """Several parallel chunks, runs of one scale split across chunks."""
     op, ref, _ = OPS_AND_REFS[kind]

@@ -9,10 +9,16 @@ import math
 
 import pytest
 import torch
+from helpers import (
+    DTYPE_IDS,
+    DTYPES,
+    assert_same,
+    meta_like,
+    randn_reversed_layout,
+    ref_tensor_clamp,
+)
 
-import brevitas_cpp
 import brevitas_cpp.function as BF
-from helpers import DTYPE_IDS, DTYPES, assert_same, meta_like, randn_reversed_layout, ref_tensor_clamp
 
 OPS = torch.ops.brevitas_cpp
 
@@ -21,6 +27,7 @@ INF = float("inf")
 
 
 # --- independent references ---------------------------------------------------------------
+
 
 def ref_scalar_clamp(x, lo, hi):
     return torch.clamp(x, lo, hi)
@@ -31,6 +38,7 @@ def ref_scalar_clamp_min(x, lo):
 
 
 # --- helpers -------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=None)
 def _values(shape, dtype, seed):
@@ -123,8 +131,16 @@ def test_tensor_clamp_large(dtype):
     assert out.stride() == xt.stride()
 
 
-BOUND_DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-                torch.float32, torch.float64]
+BOUND_DTYPES = [
+    torch.int8,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
 
 
 @pytest.mark.parametrize("bound_dtype", BOUND_DTYPES, ids=str)
@@ -156,7 +172,9 @@ def test_tensor_clamp_bound_cast_rounds_like_type_as():
     assert torch.equal(out, torch.tensor([256.0, 100.0], dtype=torch.bfloat16))
     # A float64 bound beyond float16's range becomes inf.
     x = torch.tensor([70000.0, -70000.0]).half()
-    out = OPS.tensor_clamp_ste(x, torch.tensor(-1e6, dtype=torch.float64), torch.tensor(1e6, dtype=torch.float64))
+    out = OPS.tensor_clamp_ste(
+        x, torch.tensor(-1e6, dtype=torch.float64), torch.tensor(1e6, dtype=torch.float64)
+    )
     assert torch.equal(out, torch.tensor([INF, -INF], dtype=torch.float16))
 
 
@@ -179,8 +197,18 @@ def test_tensor_clamp_min_greater_than_max(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_tensor_clamp_nan_and_inf(dtype):
     x = torch.tensor([NAN, -NAN, -INF, INF, -0.0, 0.0, 2.0, -2.0], dtype=dtype)
-    for lo, hi in [(-1.0, 1.0), (NAN, 1.0), (-1.0, NAN), (NAN, NAN), (-INF, INF), (0.0, 0.0), (-0.0, -0.0),
-                   (0.0, -0.0), (INF, INF), (-INF, -INF)]:
+    for lo, hi in [
+        (-1.0, 1.0),
+        (NAN, 1.0),
+        (-1.0, NAN),
+        (NAN, NAN),
+        (-INF, INF),
+        (0.0, 0.0),
+        (-0.0, -0.0),
+        (0.0, -0.0),
+        (INF, INF),
+        (-INF, -INF),
+    ]:
         lo_t, hi_t = torch.tensor(lo, dtype=dtype), torch.tensor(hi, dtype=dtype)
         out = OPS.tensor_clamp_ste(x, lo_t, hi_t)
         assert_same(out, ref_tensor_clamp(x, lo_t, hi_t))
@@ -195,7 +223,13 @@ def test_tensor_clamp_zero_dim_and_empty(dtype):
     x = torch.tensor(2.5, dtype=dtype)
     out = OPS.tensor_clamp_ste(x, torch.tensor(-1.0, dtype=dtype), torch.tensor(1.0, dtype=dtype))
     assert out.dim() == 0 and out.item() == 1.0
-    for shape, bshape in [((0,), ()), ((0,), (1,)), ((0, 3), (3,)), ((2, 0), (2, 1)), ((2, 0), (0,))]:
+    for shape, bshape in [
+        ((0,), ()),
+        ((0,), (1,)),
+        ((0, 3), (3,)),
+        ((2, 0), (2, 1)),
+        ((2, 0), (0,)),
+    ]:
         x = torch.empty(shape, dtype=dtype, requires_grad=True)
         lo, hi = bounds(bshape, dtype)
         out = OPS.tensor_clamp_ste(x, lo, hi)
@@ -206,6 +240,7 @@ def test_tensor_clamp_zero_dim_and_empty(dtype):
 
 # --- tensor_clamp_ste: layouts --------------------------------------------------------------
 
+
 def layout_cases(finite=False):
     """Name -> (x, min_val, max_val). finite=True: no NaN/inf in x (opcheck compares eager
     and traced outputs without equal_nan)."""
@@ -214,7 +249,10 @@ def layout_cases(finite=False):
     x4 = vals((2, 3, 4, 5), seed=7)
     return {
         "contiguous-perchannel": (x4, *bounds((1, 3, 1, 1))),
-        "channels_last-perchannel": (x4.to(memory_format=torch.channels_last), *bounds((1, 3, 1, 1))),
+        "channels_last-perchannel": (
+            x4.to(memory_format=torch.channels_last),
+            *bounds((1, 3, 1, 1)),
+        ),
         "channels_last-perout": (x4.to(memory_format=torch.channels_last), *bounds((2, 1, 1, 1))),
         "channels_last-lastdim": (x4.to(memory_format=torch.channels_last), *bounds((5,))),
         "transposed-rows": (vals((5, 4), seed=8).t(), *bounds((4, 1))),
@@ -222,10 +260,21 @@ def layout_cases(finite=False):
         "sliced": (vals((4, 10), seed=9)[:, ::3], *bounds((4, 1))),
         "permuted": (vals((3, 4, 5), seed=10).permute(2, 0, 1), *bounds((1, 3, 1))),
         "expanded-x": (vals((1, 5), seed=11).expand(4, 5), *bounds((4, 1))),
-        "expanded-bounds": (vals((2, 3, 4), seed=12),
-                            bounds((3, 1))[0].expand(3, 4), bounds((1, 4))[1].expand(2, 3, 4)),
-        "sliced-bounds": (vals((2, 3, 4), seed=13), bounds((3, 8))[0][:, ::2], bounds((6, 1))[1][::2]),
-        "transposed-bounds": (vals((2, 4, 3), seed=14), bounds((3, 4))[0].t(), bounds((3, 4))[1].t()),
+        "expanded-bounds": (
+            vals((2, 3, 4), seed=12),
+            bounds((3, 1))[0].expand(3, 4),
+            bounds((1, 4))[1].expand(2, 3, 4),
+        ),
+        "sliced-bounds": (
+            vals((2, 3, 4), seed=13),
+            bounds((3, 8))[0][:, ::2],
+            bounds((6, 1))[1][::2],
+        ),
+        "transposed-bounds": (
+            vals((2, 4, 3), seed=14),
+            bounds((3, 4))[0].t(),
+            bounds((3, 4))[1].t(),
+        ),
     }
 
 
@@ -246,6 +295,7 @@ def test_tensor_clamp_layouts(layout):
 
 
 # --- tensor_clamp_ste: autograd -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_tensor_clamp_backward_is_identity(dtype):
@@ -273,11 +323,15 @@ def test_tensor_clamp_bounds_get_no_gradient():
         out.sum().backward()
     assert lo.grad is None and hi.grad is None
     x = torch.randn(2, 3, requires_grad=True)
-    (glo, ghi) = torch.autograd.grad(OPS.tensor_clamp_ste(x, lo, hi).sum(), (lo, hi), allow_unused=True)
+    (glo, ghi) = torch.autograd.grad(
+        OPS.tensor_clamp_ste(x, lo, hi).sum(), (lo, hi), allow_unused=True
+    )
     assert glo is None and ghi is None
 
 
-@pytest.mark.parametrize("layout", ["channels_last-perchannel", "transposed-rows", "sliced", "expanded-x"])
+@pytest.mark.parametrize(
+    "layout", ["channels_last-perchannel", "transposed-rows", "sliced", "expanded-x"]
+)
 def test_tensor_clamp_backward_non_contiguous(layout):
     x, lo, hi = layout_cases()[layout]
     x = x.detach().requires_grad_()
@@ -298,28 +352,37 @@ def test_tensor_clamp_double_backward():
 
 # --- tensor_clamp_ste: bad inputs ----------------------------------------------------------
 
-@pytest.mark.parametrize("bad", [torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64], ids=str)
+
+@pytest.mark.parametrize(
+    "bad", [torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64], ids=str
+)
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_tensor_clamp_non_floating_x(bad, device):
     x = torch.zeros(2, 3, dtype=bad, device=device)
     lo = torch.zeros(1, device=device)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::tensor_clamp_ste: x must be a floating-point tensor"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::tensor_clamp_ste: x must be a floating-point tensor"
+    ):
         OPS.tensor_clamp_ste(x, lo, lo)
 
 
 @pytest.mark.parametrize("which", ["min_val", "max_val"])
-@pytest.mark.parametrize("xshape,bshape", [
-    ((2, 3, 4), (5,)),
-    ((2, 3, 4), (3,)),
-    ((2, 3, 4), (4, 1)),
-    ((2, 3, 4), (2, 3)),
-    ((2, 3, 4), (2, 3, 4, 1)),
-    ((2, 3, 4), (1, 2, 3, 4)),
-    ((2, 3, 4), (2, 3, 5)),
-    ((3,), (2, 3)),
-    ((), (1,)),
-    ((0,), (2,)),
-], ids=str)
+@pytest.mark.parametrize(
+    "xshape,bshape",
+    [
+        ((2, 3, 4), (5,)),
+        ((2, 3, 4), (3,)),
+        ((2, 3, 4), (4, 1)),
+        ((2, 3, 4), (2, 3)),
+        ((2, 3, 4), (2, 3, 4, 1)),
+        ((2, 3, 4), (1, 2, 3, 4)),
+        ((2, 3, 4), (2, 3, 5)),
+        ((3,), (2, 3)),
+        ((), (1,)),
+        ((0,), (2,)),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_tensor_clamp_bounds_must_not_expand_x(xshape, bshape, which, device):
     x = torch.zeros(xshape, device=device)
@@ -328,8 +391,10 @@ def test_tensor_clamp_bounds_must_not_expand_x(xshape, bshape, which, device):
     args = (bad, good) if which == "min_val" else (good, bad)
     shp = ", ".join(str(s) for s in bshape)
     xs = ", ".join(str(s) for s in xshape)
-    pattern = (rf"brevitas_cpp::tensor_clamp_ste: {which} of shape \[{shp}\] does not broadcast to x of "
-               rf"shape \[{xs}\]")
+    pattern = (
+        rf"brevitas_cpp::tensor_clamp_ste: {which} of shape \[{shp}\] does not broadcast to x of "
+        rf"shape \[{xs}\]"
+    )
     with pytest.raises(RuntimeError, match=pattern):
         OPS.tensor_clamp_ste(x, *args)
 
@@ -342,7 +407,9 @@ def test_tensor_clamp_bool_complex_bounds(bad, which, device):
     b = torch.zeros(3, dtype=bad, device=device)
     good = torch.zeros(3, device=device)
     args = (b, good) if which == "min_val" else (good, b)
-    with pytest.raises(RuntimeError, match=rf"brevitas_cpp::tensor_clamp_ste: {which} must be a real"):
+    with pytest.raises(
+        RuntimeError, match=rf"brevitas_cpp::tensor_clamp_ste: {which} must be a real"
+    ):
         OPS.tensor_clamp_ste(x, *args)
 
 
@@ -358,9 +425,19 @@ def test_tensor_clamp_mixed_devices():
 
 # --- tensor_clamp_ste: opcheck --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("requires_grad", ["none", "x", "all"])
-@pytest.mark.parametrize("layout", ["contiguous-perchannel", "channels_last-perchannel", "transposed-rows",
-                                    "sliced", "expanded-bounds", "sliced-bounds"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "contiguous-perchannel",
+        "channels_last-perchannel",
+        "transposed-rows",
+        "sliced",
+        "expanded-bounds",
+        "sliced-bounds",
+    ],
+)
 def test_tensor_clamp_opcheck(layout, requires_grad):
     x, lo, hi = layout_cases(finite=True)[layout]
     x = x.detach().requires_grad_(requires_grad != "none")
@@ -371,15 +448,32 @@ def test_tensor_clamp_opcheck(layout, requires_grad):
 
 def test_tensor_clamp_opcheck_dtypes():
     x = fvalues((3, 4), torch.float16, seed=17)
-    torch.library.opcheck(OPS.tensor_clamp_ste, (x, torch.tensor([[-1], [0], [-2]]), torch.tensor(1.0, dtype=torch.float64)))
+    torch.library.opcheck(
+        OPS.tensor_clamp_ste,
+        (x, torch.tensor([[-1], [0], [-2]]), torch.tensor(1.0, dtype=torch.float64)),
+    )
     x = fvalues((3, 4), torch.bfloat16, seed=17)
-    torch.library.opcheck(OPS.tensor_clamp_ste, (x, torch.tensor(-1, dtype=torch.int8), torch.ones(4)))
+    torch.library.opcheck(
+        OPS.tensor_clamp_ste, (x, torch.tensor(-1, dtype=torch.int8), torch.ones(4))
+    )
 
 
 # --- scalar_clamp_ste / scalar_clamp_min_ste -------------------------------------------------
 
-SCALAR_BOUNDS = [(-1.0, 1.0), (-0.3, 0.7), (0.0, 0.0), (-0.0, 0.0), (0.0, 1.0), (-1.0, -0.0), (-INF, INF),
-                 (-INF, 0.5), (2.5, INF), (1.5, 1.5), (-1e4, 1e4), (1e-30, 2e-30)]
+SCALAR_BOUNDS = [
+    (-1.0, 1.0),
+    (-0.3, 0.7),
+    (0.0, 0.0),
+    (-0.0, 0.0),
+    (0.0, 1.0),
+    (-1.0, -0.0),
+    (-INF, INF),
+    (-INF, 0.5),
+    (2.5, INF),
+    (1.5, 1.5),
+    (-1e4, 1e4),
+    (1e-30, 2e-30),
+]
 
 
 @pytest.mark.parametrize("entry", ["op", "wrapper"])
@@ -409,7 +503,9 @@ def test_scalar_clamps_large(dtype):
 
 def test_scalar_clamp_literal():
     x = torch.tensor([-3.0, -1.0, -0.5, 0.5, 1.0, 3.0, NAN])
-    assert_same(OPS.scalar_clamp_ste(x, -1.0, 1.0), torch.tensor([-1.0, -1.0, -0.5, 0.5, 1.0, 1.0, NAN]))
+    assert_same(
+        OPS.scalar_clamp_ste(x, -1.0, 1.0), torch.tensor([-1.0, -1.0, -0.5, 0.5, 1.0, 1.0, NAN])
+    )
     assert_same(OPS.scalar_clamp_min_ste(x, 0.0), torch.tensor([0.0, 0.0, 0.0, 0.5, 1.0, 3.0, NAN]))
 
 
@@ -443,8 +539,10 @@ SCALAR_LAYOUTS = list(scalar_layouts())
 @pytest.mark.parametrize("layout", SCALAR_LAYOUTS)
 def test_scalar_clamp_layouts(layout):
     x = scalar_layouts()[layout]
-    for out, ref in [(OPS.scalar_clamp_ste(x, -0.5, 0.5), ref_scalar_clamp(x, -0.5, 0.5)),
-                     (OPS.scalar_clamp_min_ste(x, -0.5), ref_scalar_clamp_min(x, -0.5))]:
+    for out, ref in [
+        (OPS.scalar_clamp_ste(x, -0.5, 0.5), ref_scalar_clamp(x, -0.5, 0.5)),
+        (OPS.scalar_clamp_min_ste(x, -0.5), ref_scalar_clamp_min(x, -0.5)),
+    ]:
         assert_same(out, ref)
         assert out.stride() == torch.empty_like(x).stride()
     xm = meta_like(x)
@@ -490,29 +588,46 @@ def test_scalar_clamp_bad_bounds(entry, device):
     fn = OPS.scalar_clamp_ste if entry == "op" else BF.scalar_clamp_ste
     fmin = OPS.scalar_clamp_min_ste if entry == "op" else BF.scalar_clamp_min_ste
     x = torch.randn(3, device=device)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_clamp_ste: min_val \(2\) must be <= max_val \(1\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"brevitas_cpp::scalar_clamp_ste: min_val \(2\) must be <= max_val \(1\)",
+    ):
         fn(x, 2.0, 1.0)
-    with pytest.raises(RuntimeError, match=r"scalar_clamp_ste: min_val \(2\.5\) must be <= max_val \(-1\.25\)"):
+    with pytest.raises(
+        RuntimeError, match=r"scalar_clamp_ste: min_val \(2\.5\) must be <= max_val \(-1\.25\)"
+    ):
         fn(x, 2.5, -1.25)
     with pytest.raises(RuntimeError, match=r"scalar_clamp_ste: min_val .* must be <= max_val"):
         fn(x, INF, -INF)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_clamp_ste: min_val must not be NaN"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_clamp_ste: min_val must not be NaN"
+    ):
         fn(x, NAN, 1.0)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_clamp_ste: max_val must not be NaN"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_clamp_ste: max_val must not be NaN"
+    ):
         fn(x, -1.0, NAN)
     with pytest.raises(RuntimeError, match=r"scalar_clamp_ste: m.._val must not be NaN"):
         fn(x, NAN, NAN)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_clamp_min_ste: min_val must not be NaN"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_clamp_min_ste: min_val must not be NaN"
+    ):
         fmin(x, NAN)
 
 
-@pytest.mark.parametrize("bad", [torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64], ids=str)
+@pytest.mark.parametrize(
+    "bad", [torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64], ids=str
+)
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_scalar_clamps_non_floating_x(bad, device):
     x = torch.zeros(2, 3, dtype=bad, device=device)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_clamp_ste: x must be a floating-point tensor"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_clamp_ste: x must be a floating-point tensor"
+    ):
         OPS.scalar_clamp_ste(x, -1.0, 1.0)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_clamp_min_ste: x must be a floating-point tensor"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_clamp_min_ste: x must be a floating-point tensor"
+    ):
         OPS.scalar_clamp_min_ste(x, -1.0)
 
 
@@ -533,6 +648,7 @@ def test_scalar_clamps_opcheck_dtypes():
 
 
 # --- TorchScript -------------------------------------------------------------------------
+
 
 def _scripted_ops(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor):
     a = torch.ops.brevitas_cpp.tensor_clamp_ste(x, lo, hi)

@@ -6,20 +6,37 @@ sums in x's dtype where the CPU kernel sums in double)."""
 
 import pytest
 import torch
+from helpers import DTYPE_IDS, DTYPES, MODES, assert_bitwise, rand, rand_pos
 
 import brevitas_cpp  # noqa: F401  (registers the ops)
-from helpers import DTYPE_IDS, DTYPES, MODES, assert_bitwise, rand, rand_pos
 
 OPS = torch.ops.brevitas_cpp
 COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutograd
 
 # Every op with a CPU kernel, except the distributed ones (composite already: test_stats_sync).
 KERNEL_OPS = [
-    "round_ste", "ceil_ste", "floor_ste", "round_to_zero_ste", "dpu_round_ste", "binary_sign_ste",
-    "ternary_sign_ste", "abs_binary_sign_grad", "_abs_binary_sign_grad_backward", "tensor_clamp_ste",
-    "scalar_clamp_ste", "scalar_clamp_min_ste", "scalar_signed_clamp_min_ste", "int_quant", "_int_quant_with_mask",
-    "_int_quant_backward", "binary_quant", "clamped_binary_quant", "_binary_quant_backward",
-    "_clamped_binary_quant_backward", "ternary_quant", "_ternary_quant_backward",
+    "round_ste",
+    "ceil_ste",
+    "floor_ste",
+    "round_to_zero_ste",
+    "dpu_round_ste",
+    "binary_sign_ste",
+    "ternary_sign_ste",
+    "abs_binary_sign_grad",
+    "_abs_binary_sign_grad_backward",
+    "tensor_clamp_ste",
+    "scalar_clamp_ste",
+    "scalar_clamp_min_ste",
+    "scalar_signed_clamp_min_ste",
+    "int_quant",
+    "_int_quant_with_mask",
+    "_int_quant_backward",
+    "binary_quant",
+    "clamped_binary_quant",
+    "_binary_quant_backward",
+    "_clamped_binary_quant_backward",
+    "ternary_quant",
+    "_ternary_quant_backward",
 ]
 
 
@@ -28,17 +45,31 @@ def composite(name, *args):
 
 
 def tolerance(dtype):
-    return {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=1e-5),
-            torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}[dtype]
+    return {
+        torch.float64: dict(rtol=1e-12, atol=1e-12),
+        torch.float32: dict(rtol=1e-5, atol=1e-5),
+        torch.float16: dict(rtol=1e-2, atol=1e-2),
+        torch.bfloat16: dict(rtol=5e-2, atol=5e-2),
+    }[dtype]
 
 
 def test_every_kernel_op_has_a_composite_kernel():
     for name in KERNEL_OPS:
-        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"brevitas_cpp::{name}", "CompositeExplicitAutograd")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(
+            f"brevitas_cpp::{name}", "CompositeExplicitAutograd"
+        )
 
 
 def values(dtype):
-    v = [k + 0.5 for k in range(-6, 6)] + [0.0, -0.0, 1e4, -1e4, float("inf"), float("-inf"), float("nan")]
+    v = [k + 0.5 for k in range(-6, 6)] + [
+        0.0,
+        -0.0,
+        1e4,
+        -1e4,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+    ]
     v += rand((5, 31), dtype=torch.float64, seed=5, spread=4.0).flatten().tolist()
     return torch.tensor(v, dtype=torch.float64).to(dtype)
 
@@ -49,11 +80,17 @@ def test_elementwise_ops(dtype):
     for name in KERNEL_OPS[:8]:
         assert_bitwise(composite(name, x), getattr(OPS, name)(x))
     g = torch.flip(x, (0,))
-    assert_bitwise(composite("_abs_binary_sign_grad_backward", g, x), OPS._abs_binary_sign_grad_backward(g, x))
+    assert_bitwise(
+        composite("_abs_binary_sign_grad_backward", g, x), OPS._abs_binary_sign_grad_backward(g, x)
+    )
     lo, hi = torch.full((1,), -1.25, dtype=dtype), torch.full((1,), 2.5, dtype=dtype)
     assert_bitwise(composite("tensor_clamp_ste", x, lo, hi), OPS.tensor_clamp_ste(x, lo, hi))
-    for name, args in [("scalar_clamp_ste", (-1.3, 2.7)), ("scalar_clamp_min_ste", (0.3,)),
-                       ("scalar_signed_clamp_min_ste", (0.3,)), ("scalar_clamp_ste", (-1e3, 1e3))]:
+    for name, args in [
+        ("scalar_clamp_ste", (-1.3, 2.7)),
+        ("scalar_clamp_min_ste", (0.3,)),
+        ("scalar_signed_clamp_min_ste", (0.3,)),
+        ("scalar_clamp_ste", (-1e3, 1e3)),
+    ]:
         assert_bitwise(composite(name, x, *args), getattr(OPS, name)(x, *args))
 
 
@@ -64,8 +101,12 @@ def test_layout_follows_x():
         assert y.stride() == x.stride(), name
 
 
-SHAPES = {"per_tensor": ((4, 6, 5), ()), "dim1": ((4, 6, 5), (1, 6, 1)), "dim0": ((6, 4, 3, 3), (6, 1, 1, 1)),
-          "per_group": ((3, 4, 8), (3, 4, 1))}
+SHAPES = {
+    "per_tensor": ((4, 6, 5), ()),
+    "dim1": ((4, 6, 5), (1, 6, 1)),
+    "dim0": ((6, 4, 3, 3), (6, 1, 1, 1)),
+    "per_group": ((3, 4, 8), (3, 4, 1)),
+}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -94,13 +135,35 @@ def test_int_quant(shape, mode, dtype):
                 if w is not None:
                     assert a.shape == w.shape and a.dtype == w.dtype
                     torch.testing.assert_close(a, w, **tolerance(dtype))
-        from_mask = (g, None, want_m, s, z, b, signed, narrow, mode, False, [True, False, False, False])
-        assert_bitwise(composite("_int_quant_backward", *from_mask)[0], OPS._int_quant_backward(*from_mask)[0])
+        from_mask = (
+            g,
+            None,
+            want_m,
+            s,
+            z,
+            b,
+            signed,
+            narrow,
+            mode,
+            False,
+            [True, False, False, False],
+        )
+        assert_bitwise(
+            composite("_int_quant_backward", *from_mask)[0], OPS._int_quant_backward(*from_mask)[0]
+        )
 
 
 def test_int_quant_bit_width_in_integer_dtypes():
     x, s, z = rand((4, 6)) * 3, torch.tensor(0.1), torch.tensor(0.0)
-    for bdtype in [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.float16, torch.float64]:
+    for bdtype in [
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.float16,
+        torch.float64,
+    ]:
         b = torch.tensor(5, dtype=bdtype)
         for signed, narrow in [(True, True), (False, True)]:
             args = (x, s, z, b, signed, narrow, "round", False)
@@ -115,11 +178,27 @@ def test_invalid_values_give_nan():
     y = composite("int_quant", x, s, z, b, True, False, "round", False)
     assert torch.isfinite(y[:2]).all() and torch.isnan(y[2:]).all()
     for bad in [0.0, 4.5, 33.0, float("nan")]:
-        y = composite("int_quant", x, torch.ones(8), z, torch.tensor(bad), True, False, "round", False)
+        y = composite(
+            "int_quant", x, torch.ones(8), z, torch.tensor(bad), True, False, "round", False
+        )
         assert torch.isnan(y).all(), bad
-    y = composite("int_quant", x, torch.ones(8), torch.full((8,), float("nan")), b, True, False, "round", False)
+    y = composite(
+        "int_quant",
+        x,
+        torch.ones(8),
+        torch.full((8,), float("nan")),
+        b,
+        True,
+        False,
+        "round",
+        False,
+    )
     assert torch.isnan(y).all()
-    for name, extra in [("binary_quant", ()), ("clamped_binary_quant", ()), ("ternary_quant", (0.5,))]:
+    for name, extra in [
+        ("binary_quant", ()),
+        ("clamped_binary_quant", ()),
+        ("ternary_quant", (0.5,)),
+    ]:
         y = composite(name, x, s, *extra)
         assert torch.isfinite(y[:2]).all() and torch.isnan(y[2:]).all(), name
 
@@ -131,17 +210,21 @@ def test_scaled_quant_ops(shape, dtype):
     x = rand(xs, dtype=torch.float64, seed=1, spread=1.0).to(dtype)
     s = (rand_pos(ps, dtype=torch.float64, seed=2) * 0.8).to(dtype)
     g = rand(xs, dtype=torch.float64, seed=4).to(dtype)
-    for fwd, bwd, extra in [("binary_quant", "_binary_quant_backward", ()),
-                            ("clamped_binary_quant", "_clamped_binary_quant_backward", ()),
-                            ("ternary_quant", "_ternary_quant_backward", (0.5,))]:
+    for fwd, bwd, extra in [
+        ("binary_quant", "_binary_quant_backward", ()),
+        ("clamped_binary_quant", "_clamped_binary_quant_backward", ()),
+        ("ternary_quant", "_ternary_quant_backward", (0.5,)),
+    ]:
         assert_bitwise(composite(fwd, x, s, *extra), getattr(OPS, fwd)(x, s, *extra))
         args = (g, x, s, *extra, [True, True])
         got, want = composite(bwd, *args), getattr(OPS, bwd)(*args)
         assert_bitwise(got[0], want[0])
         assert got[1].shape == want[1].shape
         torch.testing.assert_close(got[1], want[1], **tolerance(dtype))
-    assert_bitwise(composite("_binary_quant_backward", g, None, s, [True, False])[0],
-                   OPS._binary_quant_backward(g, None, s, [True, False])[0])
+    assert_bitwise(
+        composite("_binary_quant_backward", g, None, s, [True, False])[0],
+        OPS._binary_quant_backward(g, None, s, [True, False])[0],
+    )
 
 
 def test_bad_input_raises_the_cpu_messages():
@@ -150,10 +233,28 @@ def test_bad_input_raises_the_cpu_messages():
     with pytest.raises(RuntimeError, match="x must be a floating-point tensor"):
         composite("round_ste", x)
     with pytest.raises(RuntimeError, match="scale of shape \\[3\\] does not broadcast"):
-        composite("int_quant", torch.ones(2, 5), torch.ones(3), torch.zeros(()), torch.tensor(8.0), True, False,
-                  "round", False)
+        composite(
+            "int_quant",
+            torch.ones(2, 5),
+            torch.ones(3),
+            torch.zeros(()),
+            torch.tensor(8.0),
+            True,
+            False,
+            "round",
+            False,
+        )
     with pytest.raises(RuntimeError, match="rounding_mode 'nearest' is unknown"):
-        composite("int_quant", torch.ones(2, 5), torch.ones(()), torch.zeros(()), torch.tensor(8.0), True, False,
-                  "nearest", False)
+        composite(
+            "int_quant",
+            torch.ones(2, 5),
+            torch.ones(()),
+            torch.zeros(()),
+            torch.tensor(8.0),
+            True,
+            False,
+            "nearest",
+            False,
+        )
     with pytest.raises(RuntimeError, match="threshold"):
         composite("ternary_quant", torch.ones(2, 5), torch.ones(()), -0.5)

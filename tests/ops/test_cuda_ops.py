@@ -10,8 +10,6 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import pytest
 import torch
-
-import brevitas_cpp
 from helpers import (
     DTYPE_IDS,
     DTYPES,
@@ -25,6 +23,8 @@ from helpers import (
     ref_tensor_clamp,
     ref_ternary_sign,
 )
+
+import brevitas_cpp
 
 OPS = torch.ops.brevitas_cpp
 HAS_CUDA = torch.cuda.is_available() and brevitas_cpp.build_info()["cuda"]
@@ -70,8 +70,12 @@ def leaf(t: torch.Tensor) -> torch.Tensor:
 
 
 def grad_tolerance(dtype) -> Dict[str, float]:
-    return {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-5, atol=1e-5),
-            torch.float16: dict(rtol=2e-2, atol=2e-2), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}[dtype]
+    return {
+        torch.float64: dict(rtol=1e-10, atol=1e-10),
+        torch.float32: dict(rtol=2e-5, atol=1e-5),
+        torch.float16: dict(rtol=2e-2, atol=2e-2),
+        torch.bfloat16: dict(rtol=5e-2, atol=5e-2),
+    }[dtype]
 
 
 def run_with_grads(fn: Callable, args: Sequence, wants: Sequence[bool], g: torch.Tensor):
@@ -82,7 +86,9 @@ def run_with_grads(fn: Callable, args: Sequence, wants: Sequence[bool], g: torch
     return y.detach(), [a.grad if w else None for a, w in zip(leaves, wants)]
 
 
-def compare_cpu_cuda(fn: Callable, args: Sequence, wants: Sequence[bool], bitwise_grads: Sequence[bool]):
+def compare_cpu_cuda(
+    fn: Callable, args: Sequence, wants: Sequence[bool], bitwise_grads: Sequence[bool]
+):
     """Runs fn with gradients on the CPU and on the GPU; returns the CUDA results."""
     y_cpu = fn(*args)
     g = rand(tuple(y_cpu.shape), dtype=torch.float64, seed=11).to(y_cpu.dtype)
@@ -105,9 +111,14 @@ def compare_cpu_cuda(fn: Callable, args: Sequence, wants: Sequence[bool], bitwis
 # ---- elementwise STE ops --------------------------------------------------------------------------
 
 UNARY = {
-    "round_ste": ROUND["round"], "ceil_ste": ROUND["ceil"], "floor_ste": ROUND["floor"],
-    "round_to_zero_ste": ROUND["round_to_zero"], "dpu_round_ste": ROUND["dpu"],
-    "binary_sign_ste": ref_binary_sign, "ternary_sign_ste": ref_ternary_sign, "abs_binary_sign_grad": torch.abs,
+    "round_ste": ROUND["round"],
+    "ceil_ste": ROUND["ceil"],
+    "floor_ste": ROUND["floor"],
+    "round_to_zero_ste": ROUND["round_to_zero"],
+    "dpu_round_ste": ROUND["dpu"],
+    "binary_sign_ste": ref_binary_sign,
+    "ternary_sign_ste": ref_ternary_sign,
+    "abs_binary_sign_grad": torch.abs,
 }
 
 
@@ -155,8 +166,11 @@ def test_scalar_clamps(dtype):
     for name, args, ref in [
         ("scalar_clamp_ste", (-1.3, 2.7), lambda v: torch.clamp(v, -1.3, 2.7)),
         ("scalar_clamp_min_ste", (0.3,), lambda v: torch.clamp_min(v, 0.3)),
-        ("scalar_signed_clamp_min_ste", (0.3,),
-         lambda v: torch.where(v >= 0, torch.clamp_min(v.abs(), 0.3), torch.clamp_max(v, -0.3))),
+        (
+            "scalar_signed_clamp_min_ste",
+            (0.3,),
+            lambda v: torch.where(v >= 0, torch.clamp_min(v.abs(), 0.3), torch.clamp_max(v, -0.3)),
+        ),
     ]:
         op = getattr(OPS, name)
         y = op(x.to(CUDA), *args).cpu()
@@ -195,7 +209,9 @@ def test_int_quant_grads_match_cpu(layout, dtype, clamp_ste):
     def fn(x_, s_, z_, b_):
         return OPS.int_quant(x_, s_, z_, b_, True, False, "round", clamp_ste)
 
-    compare_cpu_cuda(fn, [x, s, z, b], [True, True, True, not clamp_ste], [True, False, False, False])
+    compare_cpu_cuda(
+        fn, [x, s, z, b], [True, True, True, not clamp_ste], [True, False, False, False]
+    )
     # x's gradient alone goes through the saved mask (no parameter needs x)
     compare_cpu_cuda(fn, [x, s, z, b], [True, False, False, False], [True])
 
@@ -232,7 +248,14 @@ def test_int_quant_backward_op_variants(dtype):
 def test_int_quant_bit_width_on_gpu_in_any_dtype():
     x, s = layout_case("per_tensor", torch.float32)
     z = torch.zeros(())
-    for bdtype in [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8]:
+    for bdtype in [
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.int64,
+        torch.int32,
+        torch.uint8,
+    ]:
         b = torch.tensor(5, dtype=bdtype)
         y = OPS.int_quant(*to_cuda([x, s, z, b, True, True, "round", False])).cpu()
         assert_bitwise(y, OPS.int_quant(x, s, z, b, True, True, "round", False))
@@ -259,10 +282,14 @@ def test_parameter_gradients_are_deterministic():
 
 SCALED = {
     "binary_quant": (lambda x, s: OPS.binary_quant(x, s), lambda x, s: ref_binary_sign(x) * s),
-    "clamped_binary_quant": (lambda x, s: OPS.clamped_binary_quant(x, s),
-                             lambda x, s: ref_binary_sign(ref_tensor_clamp(x, -s, s)) * s),
-    "ternary_quant": (lambda x, s: OPS.ternary_quant(x, s, 0.5),
-                      lambda x, s: (x.abs() > s * 0.5).to(x.dtype) * ref_ternary_sign(x) * s),
+    "clamped_binary_quant": (
+        lambda x, s: OPS.clamped_binary_quant(x, s),
+        lambda x, s: ref_binary_sign(ref_tensor_clamp(x, -s, s)) * s,
+    ),
+    "ternary_quant": (
+        lambda x, s: OPS.ternary_quant(x, s, 0.5),
+        lambda x, s: (x.abs() > s * 0.5).to(x.dtype) * ref_ternary_sign(x) * s,
+    ),
 }
 
 
@@ -302,8 +329,16 @@ def test_invalid_values_give_nan_on_the_gpu():
     y = OPS.int_quant(x, s, z, b, True, False, "round", False)
     assert torch.isfinite(y[:4]).all() and torch.isnan(y[4:]).all()
     for bad_bits in [0.0, 2.5, 33.0, float("nan")]:
-        y = OPS.int_quant(x, s[:4].repeat(4).abs().clamp_min(1), z, torch.tensor(bad_bits, device=CUDA),
-                          True, False, "round", False)
+        y = OPS.int_quant(
+            x,
+            s[:4].repeat(4).abs().clamp_min(1),
+            z,
+            torch.tensor(bad_bits, device=CUDA),
+            True,
+            False,
+            "round",
+            False,
+        )
         assert torch.isnan(y).all(), bad_bits
     for name in SCALED:
         y = SCALED[name][0](x, s)
@@ -340,8 +375,13 @@ def test_empty_inputs(dtype):
     x = torch.empty(0, 3, device=CUDA, dtype=dtype)
     s = torch.ones(1, 3, device=CUDA, dtype=dtype)
     b = torch.tensor(8.0, device=CUDA)
-    for y in [OPS.round_ste(x), OPS.int_quant(x, s, torch.zeros_like(s), b, True, False, "round", False),
-              OPS.binary_quant(x, s), OPS.ternary_quant(x, s, 0.5), OPS.tensor_clamp_ste(x, -s, s)]:
+    for y in [
+        OPS.round_ste(x),
+        OPS.int_quant(x, s, torch.zeros_like(s), b, True, False, "round", False),
+        OPS.binary_quant(x, s),
+        OPS.ternary_quant(x, s, 0.5),
+        OPS.tensor_clamp_ste(x, -s, s),
+    ]:
         assert y.shape == (0, 3) and y.device.type == CUDA
     xs, ss = leaf(x), leaf(s)
     OPS.int_quant(xs, ss, torch.zeros_like(s), b, True, False, "round", False).sum().backward()
@@ -364,13 +404,20 @@ def opcheck_cases() -> List[Tuple[str, Callable, List]]:
         ("scalar_signed_clamp_min_ste", OPS.scalar_signed_clamp_min_ste, [x, 0.1]),
         ("int_quant", OPS.int_quant, [x, s, z, b, True, False, "round", False]),
         ("_int_quant_with_mask", OPS._int_quant_with_mask, [x, s, z, b, True, False, "round"]),
-        ("_int_quant_backward", OPS._int_quant_backward,
-         [g, x, None, s, z, b, True, False, "round", False, [True, True, True, True]]),
+        (
+            "_int_quant_backward",
+            OPS._int_quant_backward,
+            [g, x, None, s, z, b, True, False, "round", False, [True, True, True, True]],
+        ),
         ("binary_quant", OPS.binary_quant, [x, s]),
         ("clamped_binary_quant", OPS.clamped_binary_quant, [x, s]),
         ("ternary_quant", OPS.ternary_quant, [x, s, 0.5]),
         ("_binary_quant_backward", OPS._binary_quant_backward, [g, x, s, [True, True]]),
-        ("_clamped_binary_quant_backward", OPS._clamped_binary_quant_backward, [g, x, s, [True, True]]),
+        (
+            "_clamped_binary_quant_backward",
+            OPS._clamped_binary_quant_backward,
+            [g, x, s, [True, True]],
+        ),
         ("_ternary_quant_backward", OPS._ternary_quant_backward, [g, x, s, 0.5, [True, True]]),
         ("_abs_binary_sign_grad_backward", OPS._abs_binary_sign_grad_backward, [g, x]),
     ]
@@ -381,7 +428,12 @@ def opcheck_cases() -> List[Tuple[str, Callable, List]]:
 def test_opcheck_on_gpu(index):
     cases = opcheck_cases()
     name, op, args = cases[index]
-    utils = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    utils = (
+        "test_schema",
+        "test_autograd_registration",
+        "test_faketensor",
+        "test_aot_dispatch_dynamic",
+    )
     if name.startswith("_"):
         utils = utils[:3]
     torch.library.opcheck(op, args, test_utils=utils)
@@ -403,7 +455,13 @@ def test_gradcheck_float64_on_gpu():
     # Where every x is clamped, int_quant is (max_int - z) * s or (min_int - z) * s: smooth in s
     # and z, and its straight-through gradients are the true ones.
     big = x.sign() * 100.0
-    assert torch.autograd.gradcheck(lambda s_, z_: OPS.int_quant(big, s_, z_, b, True, False, "round", False),
-                                    (leaf(s), leaf(z)), eps=1e-7, atol=1e-5)
+    assert torch.autograd.gradcheck(
+        lambda s_, z_: OPS.int_quant(big, s_, z_, b, True, False, "round", False),
+        (leaf(s), leaf(z)),
+        eps=1e-7,
+        atol=1e-5,
+    )
     assert torch.autograd.gradcheck(lambda s_: OPS.binary_quant(x, s_), (leaf(s),), eps=1e-7)
-    assert torch.autograd.gradcheck(lambda s_: OPS.ternary_quant(x, s_, 0.5), (leaf(s),), eps=1e-7, atol=1e-5)
+    assert torch.autograd.gradcheck(
+        lambda s_: OPS.ternary_quant(x, s_, 0.5), (leaf(s),), eps=1e-7, atol=1e-5
+    )

@@ -10,9 +10,6 @@ IntQuant.to_int + tensor_clamp + max_int/min_int), never against the op itself:
 
 import pytest
 import torch
-
-import brevitas_cpp  # noqa: F401  (registers the ops)
-from brevitas_cpp.function import int_quant
 from helpers import (
     DTYPES,
     MODES,
@@ -27,6 +24,9 @@ from helpers import (
     ref_max_int,
     ref_min_int,
 )
+
+import brevitas_cpp  # noqa: F401  (registers the ops)
+from brevitas_cpp.function import int_quant
 
 OPS = torch.ops.brevitas_cpp
 SIGNED_NARROW = [(True, False), (True, True), (False, False), (False, True)]
@@ -45,7 +45,11 @@ def ref_pass_mask(x, scale, zero_point, bit_width, signed, narrow_range, roundin
 
 
 def _bw(b, dtype=torch.float32):
-    return torch.tensor(float(b), dtype=dtype) if dtype.is_floating_point else torch.tensor(b, dtype=dtype)
+    return (
+        torch.tensor(float(b), dtype=dtype)
+        if dtype.is_floating_point
+        else torch.tensor(b, dtype=dtype)
+    )
 
 
 def _u_values(lo, hi):
@@ -54,7 +58,20 @@ def _u_values(lo, hi):
     v = []
     for k in ks:
         v += [k + 0.5, -(k + 0.5), k, -k, k + 0.25, -(k + 0.75)]
-    v += [hi - 0.5, hi, hi + 0.5, hi + 1.0, hi + 1.5, hi - 1.5, lo + 0.5, lo, lo - 0.5, lo - 1.0, lo - 1.5, lo + 1.5]
+    v += [
+        hi - 0.5,
+        hi,
+        hi + 0.5,
+        hi + 1.0,
+        hi + 1.5,
+        hi - 1.5,
+        lo + 0.5,
+        lo,
+        lo - 0.5,
+        lo - 1.0,
+        lo - 1.5,
+        lo + 1.5,
+    ]
     v += [4.0 * hi + 3.0, 4.0 * lo - 3.0, 1e6, -1e6, 3e8, -3e8, float("inf"), float("-inf"), -0.0]
     g = torch.Generator().manual_seed(int(hi) % 1000 + 7)
     span = max(hi - lo, 1.0)
@@ -113,13 +130,18 @@ def test_rounding_mode_case_insensitive(name):
     s, z, bw = torch.tensor(0.5), torch.tensor(1.0), _bw(3)
     y = int_quant(x, s, z, bw, True, False, name)
     assert_bitwise(y, ref_int_quant(x, s, z, bw, True, False, name.lower()))
-    assert_bitwise(OPS.int_quant(x, s, z, bw, True, False, name, True), ref_int_quant(x, s, z, bw, True, False, name))
+    assert_bitwise(
+        OPS.int_quant(x, s, z, bw, True, False, name, True),
+        ref_int_quant(x, s, z, bw, True, False, name),
+    )
 
 
 def test_default_arguments():
     x = torch.randn(4, 6) * 3
     s, z, bw = torch.tensor(0.2), torch.tensor(0.0), _bw(4)
-    assert_bitwise(OPS.int_quant(x, s, z, bw, True, False), ref_int_quant(x, s, z, bw, True, False, "round"))
+    assert_bitwise(
+        OPS.int_quant(x, s, z, bw, True, False), ref_int_quant(x, s, z, bw, True, False, "round")
+    )
 
 
 def test_max_int_32_bit_rounds_like_composition():
@@ -131,12 +153,23 @@ def test_max_int_32_bit_rounds_like_composition():
     assert y[2].item() == 4294967296.0 and y[4].item() == 0.0
     xd = x.double()
     yd = int_quant(xd, one.double(), zero.double(), _bw(32, torch.float64), False, False)
-    assert_bitwise(yd, ref_int_quant(xd, one.double(), zero.double(), _bw(32, torch.float64), False, False))
+    assert_bitwise(
+        yd, ref_int_quant(xd, one.double(), zero.double(), _bw(32, torch.float64), False, False)
+    )
     assert yd[2].item() == 4294967295.0
 
 
 @pytest.mark.parametrize(
-    "bw_dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16]
+    "bw_dtype",
+    [
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+    ],
 )
 def test_bit_width_dtypes(bw_dtype):
     """max_int/min_int are computed in bit_width's dtype, then cast to x's (as the composition does)."""
@@ -162,17 +195,23 @@ def test_wide_bit_width_in_narrow_dtypes(b, bw_dtype):
             x = u.to(dtype)
             s, z = torch.tensor(1.0, dtype=dtype), torch.tensor(0.0, dtype=dtype)
             bw = _bw(b, bw_dtype)
-            assert_bitwise(int_quant(x, s, z, bw, signed, narrow), ref_int_quant(x, s, z, bw, signed, narrow))
+            assert_bitwise(
+                int_quant(x, s, z, bw, signed, narrow), ref_int_quant(x, s, z, bw, signed, narrow)
+            )
 
 
 def test_nan_propagates():
     x = torch.tensor([float("nan"), 1.0, -1.0, float("nan"), 100.0, -100.0])
     for mode in MODES:
         for clamp_ste in (False, True):
-            y = int_quant(x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode, clamp_ste)
+            y = int_quant(
+                x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode, clamp_ste
+            )
             assert torch.isnan(y[0]) and torch.isnan(y[3])
             assert not torch.isnan(y[[1, 2, 4, 5]]).any()
-            assert_bitwise(y, ref_int_quant(x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode))
+            assert_bitwise(
+                y, ref_int_quant(x, torch.tensor(0.5), torch.tensor(1.0), _bw(4), True, False, mode)
+            )
 
 
 @pytest.mark.parametrize("clamp_ste", [False, True])
@@ -285,7 +324,9 @@ def test_layouts_forward_and_strides(layout, param_dim):
     assert y.stride() == torch.empty_like(x).stride()
     ym, mask = OPS._int_quant_with_mask(x, s, z, _bw(5), True, True, "round_to_zero")
     assert torch.equal(ym, y) and ym.stride() == y.stride()
-    assert mask.dtype == torch.bool and mask.stride() == torch.empty_like(x, dtype=torch.bool).stride()
+    assert (
+        mask.dtype == torch.bool and mask.stride() == torch.empty_like(x, dtype=torch.bool).stride()
+    )
     assert torch.equal(mask, ref_pass_mask(x, s, z, _bw(5), True, True, "round_to_zero"))
 
 
@@ -303,7 +344,9 @@ def test_non_contiguous_params():
     s_strided = rand_pos((6, 2))[:, 0].reshape(1, 6)
     z = _ints((6, 3))[:, 1].reshape(1, 6)
     for sc in [s, s_strided]:
-        assert_bitwise(int_quant(x, sc, z, _bw(4), True, False), ref_int_quant(x, sc, z, _bw(4), True, False))
+        assert_bitwise(
+            int_quant(x, sc, z, _bw(4), True, False), ref_int_quant(x, sc, z, _bw(4), True, False)
+        )
 
 
 def test_meta_tensors_shape_and_strides():
@@ -312,7 +355,11 @@ def test_meta_tensors_shape_and_strides():
     z = torch.empty((), device="meta")
     bw = torch.empty((), device="meta")
     y = OPS.int_quant(x, s, z, bw, True, False, "round", False)
-    assert y.device.type == "meta" and y.shape == x.shape and y.stride() == torch.empty_like(x).stride()
+    assert (
+        y.device.type == "meta"
+        and y.shape == x.shape
+        and y.stride() == torch.empty_like(x).stride()
+    )
     y2, m = OPS._int_quant_with_mask(x, s, z, bw, True, False, "round")
     assert m.dtype == torch.bool and y2.stride() == x.stride() and m.stride() == x.stride()
 
@@ -367,7 +414,9 @@ def test_gradients_vs_composition(dtype, clamp_ste, case):
                     assert gb is None and rb is None
                 else:
                     assert gb is not None and gb.shape == bw.shape
-                    torch.testing.assert_close(gb, rb, rtol=1e-5 if dtype == torch.float32 else 1e-6, atol=1e-4)
+                    torch.testing.assert_close(
+                        gb, rb, rtol=1e-5 if dtype == torch.float32 else 1e-6, atol=1e-4
+                    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
@@ -376,10 +425,15 @@ def test_gradients_reduced_precision(dtype):
     bw = torch.tensor(4.0)
     for clamp_ste in (False, True):
         y, (gx, gs, gz, gb) = grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x, s, z, bw), g, (1, 1, 1, 1)
+            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste),
+            (x, s, z, bw),
+            g,
+            (1, 1, 1, 1),
         )
         yr, (rx, rs, rz, rb) = grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x, s, z, bw), g,
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste),
+            (x, s, z, bw),
+            g,
             (1, 1, 1, 1),
         )
         assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
@@ -398,10 +452,16 @@ def test_bit_width_gradient_shape_and_dtype(bw_shape, bw_dtype):
     bw = torch.tensor(3.0, dtype=bw_dtype).reshape(bw_shape)
     for signed, narrow in SIGNED_NARROW:
         _, (_, _, _, gb) = grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, signed, narrow), (x, s, z, bw), g, (0, 0, 0, 1)
+            lambda a, b_, c, d: int_quant(a, b_, c, d, signed, narrow),
+            (x, s, z, bw),
+            g,
+            (0, 0, 0, 1),
         )
         _, (_, _, _, rb) = grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, signed, narrow), (x, s, z, bw), g, (0, 0, 0, 1)
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, signed, narrow),
+            (x, s, z, bw),
+            g,
+            (0, 0, 0, 1),
         )
         assert gb.shape == bw.shape and gb.dtype == bw_dtype
         assert rb.abs().sum() > 0
@@ -415,10 +475,16 @@ def test_only_x_requires_grad(clamp_ste, dtype):
     bw = torch.tensor(3.0)
     for mode in MODES:
         y, (gx, gs, gz, gb) = grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, mode, clamp_ste), (x, s, z, bw), g, (1, 0, 0, 0)
+            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, mode, clamp_ste),
+            (x, s, z, bw),
+            g,
+            (1, 0, 0, 0),
         )
         yr, (rx, *_) = grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, mode, clamp_ste), (x, s, z, bw), g, (1, 0, 0, 0)
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, mode, clamp_ste),
+            (x, s, z, bw),
+            g,
+            (1, 0, 0, 0),
         )
         assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
         assert torch.equal(gx, rx)
@@ -430,10 +496,16 @@ def test_only_scale_requires_grad(clamp_ste):
     x, s, z, g = _grad_inputs("per_channel_dim1", torch.float64)
     bw = torch.tensor(3.0)
     _, (gx, gs, gz, gb) = grads(
-        lambda a, b_, c, d: int_quant(a, b_, c, d, True, True, "ceil", clamp_ste), (x, s, z, bw), g, (0, 1, 0, 0)
+        lambda a, b_, c, d: int_quant(a, b_, c, d, True, True, "ceil", clamp_ste),
+        (x, s, z, bw),
+        g,
+        (0, 1, 0, 0),
     )
     _, (_, rs, _, _) = grads(
-        lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, True, "ceil", clamp_ste), (x, s, z, bw), g, (0, 1, 0, 0)
+        lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, True, "ceil", clamp_ste),
+        (x, s, z, bw),
+        g,
+        (0, 1, 0, 0),
     )
     assert gx is None and gz is None and gb is None
     torch.testing.assert_close(gs, rs, rtol=1e-10, atol=1e-10)
@@ -443,9 +515,12 @@ def test_only_bit_width_requires_grad():
     x, s, z, g = _grad_inputs("per_tensor", torch.float32)
     x = x * 3
     bw = torch.tensor(2.0)
-    _, (_, _, _, gb) = grads(lambda a, b_, c, d: int_quant(a, b_, c, d, False, True), (x, s, z, bw), g, (0, 0, 0, 1))
-    _, (_, _, _, rb) = grads(lambda a, b_, c, d: ref_int_quant(a, b_, c, d, False, True), (x, s, z, bw), g,
-                             (0, 0, 0, 1))
+    _, (_, _, _, gb) = grads(
+        lambda a, b_, c, d: int_quant(a, b_, c, d, False, True), (x, s, z, bw), g, (0, 0, 0, 1)
+    )
+    _, (_, _, _, rb) = grads(
+        lambda a, b_, c, d: ref_int_quant(a, b_, c, d, False, True), (x, s, z, bw), g, (0, 0, 0, 1)
+    )
     torch.testing.assert_close(gb, rb, rtol=1e-5, atol=1e-4)
     # clamp_ste: the bounds get no gradient.
     b2 = torch.tensor(2.0, requires_grad=True)
@@ -464,10 +539,15 @@ def test_non_contiguous_gradients():
         bw = torch.tensor(3.0)
         for clamp_ste in (False, True):
             y, (gx, gs, gz, gb) = grads(
-                lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "dpu", clamp_ste), (x0, s, z, bw), g, (1,) * 4
+                lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "dpu", clamp_ste),
+                (x0, s, z, bw),
+                g,
+                (1,) * 4,
             )
             yr, (rx, rs, rz, rb) = grads(
-                lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "dpu", clamp_ste), (x0, s, z, bw), g,
+                lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "dpu", clamp_ste),
+                (x0, s, z, bw),
+                g,
                 (1,) * 4,
             )
             assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
@@ -490,10 +570,16 @@ def test_backward_ops_not_differentiable_twice():
     y = int_quant(x, s, torch.tensor(0.0), torch.tensor(4.0), True, False)
     (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
     assert gx.requires_grad
-    with pytest.raises(RuntimeError, match=r"derivative for brevitas_cpp::_int_quant_backward is not implemented"):
+    with pytest.raises(
+        RuntimeError, match=r"derivative for brevitas_cpp::_int_quant_backward is not implemented"
+    ):
         gx.sum().backward()
-    ym, _ = OPS._int_quant_with_mask(x, s, torch.tensor(0.0), torch.tensor(4.0), True, False, "round")
-    with pytest.raises(RuntimeError, match=r"derivative for brevitas_cpp::_int_quant_with_mask is not implemented"):
+    ym, _ = OPS._int_quant_with_mask(
+        x, s, torch.tensor(0.0), torch.tensor(4.0), True, False, "round"
+    )
+    with pytest.raises(
+        RuntimeError, match=r"derivative for brevitas_cpp::_int_quant_with_mask is not implemented"
+    ):
         ym.sum().backward()
 
 
@@ -549,7 +635,11 @@ def test_saved_param_grad_saves_x(which):
 def test_no_graph_under_no_grad():
     x = _rand((10, 100)).requires_grad_()
     with torch.no_grad():
-        _, rec = _record_saved(lambda: int_quant(x, torch.tensor(0.2), torch.tensor(0.0), torch.tensor(4.0), True, False))
+        _, rec = _record_saved(
+            lambda: int_quant(
+                x, torch.tensor(0.2), torch.tensor(0.0), torch.tensor(4.0), True, False
+            )
+        )
     assert rec == []
 
 
@@ -576,7 +666,10 @@ def test_gradcheck_scale_zero_point_clamped_region(layout):
     s, z = s0.clone().requires_grad_(), z0.clone().requires_grad_()
     for mode in MODES:
         assert torch.autograd.gradcheck(
-            lambda s_, z_: int_quant(x, s_, z_, bw, True, False, mode, False), (s, z), eps=1e-7, atol=1e-6
+            lambda s_, z_: int_quant(x, s_, z_, bw, True, False, mode, False),
+            (s, z),
+            eps=1e-7,
+            atol=1e-6,
         )
 
 
@@ -609,7 +702,9 @@ def test_int_quant_with_mask(mode):
 def test_int_quant_backward_x_only_from_x_masks_clamped():
     x = torch.tensor([-10.0, -1.2, 0.3, 10.0])
     s, z, bw, g = torch.tensor(1.0), torch.tensor(0.0), torch.tensor(3.0), torch.ones(4)
-    gx, _, _, _ = OPS._int_quant_backward(g, x, None, s, z, bw, True, False, "round", False, [True, False, False, False])
+    gx, _, _, _ = OPS._int_quant_backward(
+        g, x, None, s, z, bw, True, False, "round", False, [True, False, False, False]
+    )
     assert torch.equal(gx, torch.tensor([0.0, 1.0, 1.0, 0.0]))
 
 
@@ -650,17 +745,25 @@ def test_int_quant_backward_from_mask_or_nothing():
     xr = x.clone().requires_grad_()
     ref_int_quant(xr, s, z, bw, False, False, "floor").backward(g)
     m = ref_pass_mask(x, s, z, bw, False, False, "floor")
-    gx, gs, gz, gb = OPS._int_quant_backward(g, None, m, s, z, bw, False, False, "floor", False, [True, False, False, False])
+    gx, gs, gz, gb = OPS._int_quant_backward(
+        g, None, m, s, z, bw, False, False, "floor", False, [True, False, False, False]
+    )
     assert torch.equal(gx, xr.grad) and gs is None and gz is None and gb is None
     # clamp_ste: x's gradient needs neither x nor the mask.
     xr2 = x.clone().requires_grad_()
     ref_int_quant(xr2, s, z, bw, False, False, "floor", True).backward(g)
-    gx2, *_ = OPS._int_quant_backward(g, None, None, s, z, bw, False, False, "floor", True, [True, False, False, True])
+    gx2, *_ = OPS._int_quant_backward(
+        g, None, None, s, z, bw, False, False, "floor", True, [True, False, False, True]
+    )
     assert torch.equal(gx2, xr2.grad)
     with pytest.raises(RuntimeError, match="need x"):
-        OPS._int_quant_backward(g, None, m, s, z, bw, False, False, "floor", False, [True, True, False, False])
+        OPS._int_quant_backward(
+            g, None, m, s, z, bw, False, False, "floor", False, [True, True, False, False]
+        )
     with pytest.raises(RuntimeError, match="needs x or mask"):
-        OPS._int_quant_backward(g, None, None, s, z, bw, False, False, "floor", False, [True, False, False, False])
+        OPS._int_quant_backward(
+            g, None, None, s, z, bw, False, False, "floor", False, [True, False, False, False]
+        )
 
 
 # ---- opcheck ---------------------------------------------------------------------------------
@@ -695,8 +798,11 @@ def test_opcheck_int_quant(noncontig, requires_grad, clamp_ste):
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck_int_quant_with_mask(noncontig, requires_grad):
     x, s, z, bw = _opcheck_inputs(noncontig, requires_grad)
-    torch.library.opcheck(OPS._int_quant_with_mask, (x, s, z, bw, False, True, "floor"),
-                          test_utils=backward_op_utils(requires_grad))
+    torch.library.opcheck(
+        OPS._int_quant_with_mask,
+        (x, s, z, bw, False, True, "floor"),
+        test_utils=backward_op_utils(requires_grad),
+    )
 
 
 @pytest.mark.parametrize("output_mask", MASKS4, ids=lambda m: "".join("1" if b else "0" for b in m))
@@ -708,7 +814,8 @@ def test_opcheck_int_quant_backward(output_mask, noncontig):
         g = _rand((x.shape[2], x.shape[1], x.shape[0]), seed=5).permute(2, 1, 0)
     for clamp_ste in (False, True):
         torch.library.opcheck(
-            OPS._int_quant_backward, (g, x, None, s, z, bw, True, False, "round", clamp_ste, output_mask)
+            OPS._int_quant_backward,
+            (g, x, None, s, z, bw, True, False, "round", clamp_ste, output_mask),
         )
 
 
@@ -720,12 +827,21 @@ def test_opcheck_int_quant_backward_without_x(requires_grad):
     if requires_grad:
         g = g.clone().requires_grad_()
     u = backward_op_utils(requires_grad)
-    torch.library.opcheck(OPS._int_quant_backward, (g, None, m, s, z, bw, True, False, "round", False,
-                                                    [True, False, False, False]), test_utils=u)
-    torch.library.opcheck(OPS._int_quant_backward, (g, None, None, s, z, bw, True, False, "round", True,
-                                                    [True, False, False, True]), test_utils=u)
-    torch.library.opcheck(OPS._int_quant_backward, (g, x, m, s, z, bw, True, False, "round", False,
-                                                    [True, True, True, True]), test_utils=u)
+    torch.library.opcheck(
+        OPS._int_quant_backward,
+        (g, None, m, s, z, bw, True, False, "round", False, [True, False, False, False]),
+        test_utils=u,
+    )
+    torch.library.opcheck(
+        OPS._int_quant_backward,
+        (g, None, None, s, z, bw, True, False, "round", True, [True, False, False, True]),
+        test_utils=u,
+    )
+    torch.library.opcheck(
+        OPS._int_quant_backward,
+        (g, x, m, s, z, bw, True, False, "round", False, [True, True, True, True]),
+        test_utils=u,
+    )
 
 
 # ---- bad input -------------------------------------------------------------------------------
@@ -749,7 +865,14 @@ def _args(**kw):
 def _call(**kw):
     a = _args(**kw)
     return OPS.int_quant(
-        a["x"], a["scale"], a["zero_point"], a["bit_width"], a["signed"], a["narrow_range"], a["rounding_mode"], a["clamp_ste"]
+        a["x"],
+        a["scale"],
+        a["zero_point"],
+        a["bit_width"],
+        a["signed"],
+        a["narrow_range"],
+        a["rounding_mode"],
+        a["clamp_ste"],
     )
 
 
@@ -757,8 +880,11 @@ def _call(**kw):
 def test_bad_integer_x(dtype):
     x = torch.ones(2, 5, dtype=dtype)
     with pytest.raises(RuntimeError, match=r"int_quant: x must be a floating-point"):
-        _call(x=x, scale=torch.tensor(1, dtype=dtype) if dtype != torch.bool else torch.tensor(True),
-              zero_point=torch.tensor(0, dtype=dtype) if dtype != torch.bool else torch.tensor(False))
+        _call(
+            x=x,
+            scale=torch.tensor(1, dtype=dtype) if dtype != torch.bool else torch.tensor(True),
+            zero_point=torch.tensor(0, dtype=dtype) if dtype != torch.bool else torch.tensor(False),
+        )
 
 
 def test_bad_scale_dtype():
@@ -771,53 +897,90 @@ def test_bad_scale_dtype():
 
 
 def test_bad_scale_shape():
-    with pytest.raises(RuntimeError, match=r"scale of shape \[3\] does not broadcast to x of shape \[2, 5\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale of shape \[3\] does not broadcast to x of shape \[2, 5\]"
+    ):
         _call(scale=torch.ones(3))
-    with pytest.raises(RuntimeError, match=r"scale of shape \[2, 2, 5\] does not broadcast to x of shape \[2, 5\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale of shape \[2, 2, 5\] does not broadcast to x of shape \[2, 5\]"
+    ):
         _call(scale=torch.ones(2, 2, 5))  # would expand x
-    with pytest.raises(RuntimeError, match=r"scale of shape \[3, 1\] does not broadcast to x of shape \[1, 5\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale of shape \[3, 1\] does not broadcast to x of shape \[1, 5\]"
+    ):
         _call(x=_rand((1, 5)), scale=torch.ones(3, 1))  # would expand x's dim 0
     with pytest.raises(RuntimeError, match=r"zero_point of shape \[5, 2\] does not broadcast"):
         _call(zero_point=torch.zeros(5, 2))
-    with pytest.raises(RuntimeError, match=r"scale of shape \[1, 2, 5\] does not broadcast to x of shape \[2, 5\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale of shape \[1, 2, 5\] does not broadcast to x of shape \[2, 5\]"
+    ):
         _call(scale=torch.ones(1, 2, 5))  # would add a leading dim to x
 
 
-@pytest.mark.parametrize("value,text", [(0.0, "0"), (-0.5, "-0.5"), (float("inf"), "inf"), (float("nan"), "nan"),
-                                        (-float("inf"), "-inf")])
+@pytest.mark.parametrize(
+    "value,text",
+    [
+        (0.0, "0"),
+        (-0.5, "-0.5"),
+        (float("inf"), "inf"),
+        (float("nan"), "nan"),
+        (-float("inf"), "-inf"),
+    ],
+)
 def test_bad_scale_value(value, text):
-    with pytest.raises(RuntimeError, match=rf"int_quant: scale must be positive and finite, got {text}\b"):
+    with pytest.raises(
+        RuntimeError, match=rf"int_quant: scale must be positive and finite, got {text}\b"
+    ):
         _call(scale=torch.tensor(value))
     per_channel = torch.tensor([[0.5], [value]])
     with pytest.raises(RuntimeError, match=rf"scale must be positive and finite, got {text}\b"):
         _call(scale=per_channel)
 
 
-@pytest.mark.parametrize("value,text", [(float("inf"), "inf"), (float("nan"), "nan"), (-float("inf"), "-inf")])
+@pytest.mark.parametrize(
+    "value,text", [(float("inf"), "inf"), (float("nan"), "nan"), (-float("inf"), "-inf")]
+)
 def test_bad_zero_point_value(value, text):
     with pytest.raises(RuntimeError, match=rf"int_quant: zero_point must be finite, got {text}\b"):
         _call(zero_point=torch.tensor(value))
 
 
-@pytest.mark.parametrize("value,text", [(0, "0"), (-1, "-1"), (33, "33"), (2.5, "2.5"), (float("nan"), "nan"),
-                                        (float("inf"), "inf")])
+@pytest.mark.parametrize(
+    "value,text",
+    [(0, "0"), (-1, "-1"), (33, "33"), (2.5, "2.5"), (float("nan"), "nan"), (float("inf"), "inf")],
+)
 def test_bad_bit_width_value(value, text):
-    with pytest.raises(RuntimeError, match=rf"int_quant: bit_width must be an integer in \[1, 32\], got {text}\b"):
+    with pytest.raises(
+        RuntimeError, match=rf"int_quant: bit_width must be an integer in \[1, 32\], got {text}\b"
+    ):
         _call(bit_width=torch.tensor(value))
 
 
 def test_bad_bit_width_shape():
-    with pytest.raises(RuntimeError, match=r"int_quant: bit_width must hold exactly one value.*\[2\]"):
+    with pytest.raises(
+        RuntimeError, match=r"int_quant: bit_width must hold exactly one value.*\[2\]"
+    ):
         _call(bit_width=torch.tensor([4.0, 4.0]))
     with pytest.raises(RuntimeError, match=r"bit_width must hold exactly one value"):
         _call(bit_width=torch.empty(0))
 
 
 def test_bad_rounding_mode():
-    with pytest.raises(RuntimeError, match=r"rounding_mode 'foo' is unknown; accepted.*round.*ceil.*floor.*round_to_zero.*dpu"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"rounding_mode 'foo' is unknown; accepted.*round.*ceil.*floor.*round_to_zero.*dpu",
+    ):
         _call(rounding_mode="foo")
     with pytest.raises(RuntimeError, match=r"rounding_mode 'round_half_up' is unknown"):
-        int_quant(_rand((2, 5)), torch.tensor(0.5), torch.tensor(0.0), torch.tensor(4.0), True, False, "round_half_up")
+        int_quant(
+            _rand((2, 5)),
+            torch.tensor(0.5),
+            torch.tensor(0.0),
+            torch.tensor(4.0),
+            True,
+            False,
+            "round_half_up",
+        )
 
 
 def test_bad_device():
@@ -831,12 +994,21 @@ def test_bad_device():
 
 def test_bad_input_backward_op():
     x, s, z, g = _grad_inputs("per_tensor", torch.float32)
-    with pytest.raises(RuntimeError, match=r"_int_quant_backward: bit_width must be an integer in \[1, 32\], got 40"):
-        OPS._int_quant_backward(g, x, None, s, z, torch.tensor(40.0), True, False, "round", False, [True] * 4)
+    with pytest.raises(
+        RuntimeError,
+        match=r"_int_quant_backward: bit_width must be an integer in \[1, 32\], got 40",
+    ):
+        OPS._int_quant_backward(
+            g, x, None, s, z, torch.tensor(40.0), True, False, "round", False, [True] * 4
+        )
     with pytest.raises(RuntimeError, match=r"_int_quant_backward: grad of shape"):
-        OPS._int_quant_backward(g[:2], x, None, s, z, torch.tensor(4.0), True, False, "round", False, [True] * 4)
+        OPS._int_quant_backward(
+            g[:2], x, None, s, z, torch.tensor(4.0), True, False, "round", False, [True] * 4
+        )
     with pytest.raises(RuntimeError, match=r"rounding_mode 'x' is unknown"):
-        OPS._int_quant_backward(g, x, None, s, z, torch.tensor(4.0), True, False, "x", False, [True] * 4)
+        OPS._int_quant_backward(
+            g, x, None, s, z, torch.tensor(4.0), True, False, "x", False, [True] * 4
+        )
 
 
 # ---- large tensors (several parallel chunks) and overflowing integer bit widths -------------
@@ -860,15 +1032,22 @@ def test_large_tensors_forward_and_gradients(case):
     g64 = _rand(xs, torch.float64, seed=11)
     for mode in ("round", "dpu"):
         x, s, z = x64.float(), s64.float(), z64.float()
-        assert_bitwise(int_quant(x, s, z, _bw(4), True, False, mode), ref_int_quant(x, s, z, _bw(4), True, False, mode))
+        assert_bitwise(
+            int_quant(x, s, z, _bw(4), True, False, mode),
+            ref_int_quant(x, s, z, _bw(4), True, False, mode),
+        )
     for clamp_ste in (False, True):
         bw = torch.tensor(4.0, dtype=torch.float64)
         y, (gx, gs, gz, gb) = grads(
-            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x64, s64, z64, bw), g64,
+            lambda a, b_, c, d: int_quant(a, b_, c, d, True, False, "round", clamp_ste),
+            (x64, s64, z64, bw),
+            g64,
             (1,) * 4,
         )
         yr, (rx, rs, rz, rb) = grads(
-            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste), (x64, s64, z64, bw), g64,
+            lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False, "round", clamp_ste),
+            (x64, s64, z64, bw),
+            g64,
             (1,) * 4,
         )
         assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
@@ -879,16 +1058,31 @@ def test_large_tensors_forward_and_gradients(case):
             torch.testing.assert_close(gb, rb, rtol=1e-9, atol=1e-8)
     # Only x requiring grad (the saved-mask path), float32.
     x = x64.float()
-    y, (gx, *_) = grads(lambda a, b_, c, d: int_quant(a, b_, c, d, True, False),
-                        (x, s64.float(), z64.float(), _bw(4)), g64.float(), (1, 0, 0, 0))
-    yr, (rx, *_) = grads(lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False),
-                         (x, s64.float(), z64.float(), _bw(4)), g64.float(), (1, 0, 0, 0))
+    y, (gx, *_) = grads(
+        lambda a, b_, c, d: int_quant(a, b_, c, d, True, False),
+        (x, s64.float(), z64.float(), _bw(4)),
+        g64.float(),
+        (1, 0, 0, 0),
+    )
+    yr, (rx, *_) = grads(
+        lambda a, b_, c, d: ref_int_quant(a, b_, c, d, True, False),
+        (x, s64.float(), z64.float(), _bw(4)),
+        g64.float(),
+        (1, 0, 0, 0),
+    )
     assert torch.equal(gx, rx)
 
 
 @pytest.mark.parametrize(
-    "bw_dtype,b", [(torch.int32, 32), (torch.int32, 31), (torch.int16, 16), (torch.int8, 8), (torch.uint8, 8),
-                   (torch.int8, 7)]
+    "bw_dtype,b",
+    [
+        (torch.int32, 32),
+        (torch.int32, 31),
+        (torch.int16, 16),
+        (torch.int8, 8),
+        (torch.uint8, 8),
+        (torch.int8, 7),
+    ],
 )
 def test_integer_bit_width_overflow_wraps_like_composition(bw_dtype, b):
     """2 ** bit_width is computed in bit_width's dtype, overflow included (Brevitas's max_int)."""
@@ -896,7 +1090,10 @@ def test_integer_bit_width_overflow_wraps_like_composition(bw_dtype, b):
     one, zero = torch.tensor(1.0), torch.tensor(0.0)
     bw = torch.tensor(b, dtype=bw_dtype)
     for signed, narrow in SIGNED_NARROW:
-        assert_bitwise(int_quant(x, one, zero, bw, signed, narrow), ref_int_quant(x, one, zero, bw, signed, narrow))
+        assert_bitwise(
+            int_quant(x, one, zero, bw, signed, narrow),
+            ref_int_quant(x, one, zero, bw, signed, narrow),
+        )
 
 
 def test_zero_dim_x():
@@ -906,13 +1103,17 @@ def test_zero_dim_x():
         y = int_quant(x, s, z, _bw(4), True, False, "dpu")
         assert y.shape == ()
         assert_bitwise(y, ref_int_quant(x, s, z, _bw(4), True, False, "dpu"))
-    with pytest.raises(RuntimeError, match=r"scale of shape \[1\] does not broadcast to x of shape \[\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale of shape \[1\] does not broadcast to x of shape \[\]"
+    ):
         int_quant(torch.tensor(1.0), torch.tensor([0.5]), torch.tensor(0.0), _bw(4), True, False)
 
 
 @pytest.mark.parametrize("bw", [torch.tensor(True), torch.tensor(4 + 0j)], ids=["bool", "complex"])
 def test_bad_bit_width_dtype(bw):
-    with pytest.raises(RuntimeError, match=r"int_quant: bit_width must be a real \(integer or floating\) tensor"):
+    with pytest.raises(
+        RuntimeError, match=r"int_quant: bit_width must be a real \(integer or floating\) tensor"
+    ):
         _call(bit_width=bw)
 
 
@@ -933,7 +1134,10 @@ def test_expanded_param_gradient(which):
     base = torch.tensor(0.5 if which == "scale" else 1.0, dtype=torch.float64, requires_grad=True)
     ref_base = base.detach().clone().requires_grad_()
     xd = x.double()
-    other_s, other_z = torch.tensor(0.5, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    other_s, other_z = (
+        torch.tensor(0.5, dtype=torch.float64),
+        torch.tensor(0.0, dtype=torch.float64),
+    )
 
     def args(b):
         p = b.expand(1, 6)
@@ -959,17 +1163,38 @@ def test_expanded_per_group_scale_gradient():
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck_int_quant_dense_layouts(layout, requires_grad):
     base = _rand((2, 6, 3, 5), spread=2.0)
-    x = base.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else base.permute(0, 2, 1, 3)
+    x = (
+        base.contiguous(memory_format=torch.channels_last)
+        if layout == "channels_last"
+        else base.permute(0, 2, 1, 3)
+    )
     pshape = [1, 6, 1, 1] if layout == "channels_last" else [1, 1, 6, 1]
     s, z, bw = rand_pos(pshape) * 0.5, _ints(pshape), torch.tensor(3.0)
     if requires_grad:
         x, s, z, bw = (t.clone().requires_grad_() for t in (x, s, z, bw))
     torch.library.opcheck(OPS.int_quant, (x, s, z, bw, True, False, "round", False))
-    torch.library.opcheck(OPS._int_quant_with_mask, (x, s, z, bw, True, False, "round"),
-                          test_utils=backward_op_utils(requires_grad))
+    torch.library.opcheck(
+        OPS._int_quant_with_mask,
+        (x, s, z, bw, True, False, "round"),
+        test_utils=backward_op_utils(requires_grad),
+    )
     g = _rand(x.shape, seed=3)
-    torch.library.opcheck(OPS._int_quant_backward, (g, x.detach(), None, s.detach(), z.detach(), bw.detach(), True,
-                                                    False, "round", False, [True, True, True, True]))
+    torch.library.opcheck(
+        OPS._int_quant_backward,
+        (
+            g,
+            x.detach(),
+            None,
+            s.detach(),
+            z.detach(),
+            bw.detach(),
+            True,
+            False,
+            "round",
+            False,
+            [True, True, True, True],
+        ),
+    )
 
 
 # ---- _int_quant_backward's own argument checks -------------------------------------------------
@@ -977,9 +1202,19 @@ def test_opcheck_int_quant_dense_layouts(layout, requires_grad):
 
 def _backward_args(**overrides):
     x = torch.tensor([-10.0, -1.2, 0.3, 10.0])
-    args = dict(grad=torch.ones(4), x=x, mask=None, scale=torch.tensor(1.0), zero_point=torch.tensor(0.0),
-                bit_width=torch.tensor(3.0), signed=True, narrow_range=False, rounding_mode="round",
-                clamp_ste=False, output_mask=[True, False, False, False])
+    args = dict(
+        grad=torch.ones(4),
+        x=x,
+        mask=None,
+        scale=torch.tensor(1.0),
+        zero_point=torch.tensor(0.0),
+        bit_width=torch.tensor(3.0),
+        signed=True,
+        narrow_range=False,
+        rounding_mode="round",
+        clamp_ste=False,
+        output_mask=[True, False, False, False],
+    )
     args.update(overrides)
     return list(args.values())
 
@@ -999,7 +1234,9 @@ def test_int_quant_backward_rejects_bad_mask(device):
 
     with pytest.raises(RuntimeError, match=r"mask must be a bool tensor, got Float"):
         OPS._int_quant_backward(*on(_backward_args(x=None, mask=torch.ones(4))))
-    with pytest.raises(RuntimeError, match=r"mask of shape \[3\] must have the shape of grad \[4\]"):
+    with pytest.raises(
+        RuntimeError, match=r"mask of shape \[3\] must have the shape of grad \[4\]"
+    ):
         OPS._int_quant_backward(*on(_backward_args(mask=torch.ones(3, dtype=torch.bool))))
     with pytest.raises(RuntimeError, match=r"grad of shape \[5\] must have the shape of x \[4\]"):
         OPS._int_quant_backward(*on(_backward_args(grad=torch.ones(5))))

@@ -35,7 +35,9 @@ def ref_int_quant(x, scale, zero_point, bit_width, signed, narrow_range, clamp_s
 
 def quant_block(x, scale, zero_point, bit_width):
     # A learned per-channel scale and bit width around the fused op, with ops before and after.
-    y = int_quant(torch.relu(x) - 0.5, scale.abs() + 1e-3, zero_point, bit_width, True, False, "round", False)
+    y = int_quant(
+        torch.relu(x) - 0.5, scale.abs() + 1e-3, zero_point, bit_width, True, False, "round", False
+    )
     return (y * 1.5).sum(dim=1)
 
 
@@ -130,7 +132,9 @@ def test_compile_dynamic_shapes_aot_eager():
 # ---- TorchScript -----------------------------------------------------------------------------
 
 
-def _scripted_body(x: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor, bw: torch.Tensor) -> torch.Tensor:
+def _scripted_body(
+    x: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor, bw: torch.Tensor
+) -> torch.Tensor:
     a = torch.ops.brevitas_cpp.int_quant(x, scale, zp, bw, True, False, "round", False)
     b = int_quant(x, scale, zp, bw, True, True, "floor", True)
     return a + 2.0 * b
@@ -171,7 +175,9 @@ def test_jit_script_int_quant():
 
 
 def test_jit_script_wrappers():
-    wrappers = [torch.jit.script(f) for f in (int_quant, binary_quant, clamped_binary_quant, ternary_quant)]
+    wrappers = [
+        torch.jit.script(f) for f in (int_quant, binary_quant, clamped_binary_quant, ternary_quant)
+    ]
     s_int, s_bin, s_cbin, s_ter = wrappers
     g = torch.Generator().manual_seed(2)
     x = torch.randn(5, 6, generator=g)

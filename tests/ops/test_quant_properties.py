@@ -4,10 +4,10 @@ composition (forward bitwise, gradient of x bitwise)."""
 
 import pytest
 import torch
+from helpers import DTYPES, MODES, assert_bitwise, ref_int_quant
 
 import brevitas_cpp  # noqa: F401  (registers the ops)
 from brevitas_cpp.function import int_quant
-from helpers import DTYPES, MODES, assert_bitwise, ref_int_quant
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
@@ -31,9 +31,22 @@ def cases(draw):
     perm = draw(st.permutations(list(range(ndim))))
     slice_dim = draw(st.one_of(st.none(), st.integers(0, ndim - 1)))
     seed = draw(st.integers(0, 2**31 - 1))
-    return dict(shape=shape, dtype=dtype, b=b, signed=signed, narrow=narrow, mode=mode, clamp_ste=clamp_ste,
-                granularity=granularity, ch_dim=ch_dim, zp_granularity=zp_granularity, pow2=pow2, perm=perm,
-                slice_dim=slice_dim, seed=seed)
+    return dict(
+        shape=shape,
+        dtype=dtype,
+        b=b,
+        signed=signed,
+        narrow=narrow,
+        mode=mode,
+        clamp_ste=clamp_ste,
+        granularity=granularity,
+        ch_dim=ch_dim,
+        zp_granularity=zp_granularity,
+        pow2=pow2,
+        perm=perm,
+        slice_dim=slice_dim,
+        seed=seed,
+    )
 
 
 def _strided(values, perm, slice_dim):
@@ -98,7 +111,9 @@ def test_int_quant_matches_composition(c):
     assert_bitwise(y, ref_int_quant(x, s, z, bw, *args))
     assert y.stride() == torch.empty_like(x).stride()
 
-    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(c["seed"] + 1), dtype=torch.float64).to(x.dtype)
+    g = torch.randn(
+        x.shape, generator=torch.Generator().manual_seed(c["seed"] + 1), dtype=torch.float64
+    ).to(x.dtype)
     xa = x.detach().clone().requires_grad_()
     int_quant(xa, s, z, bw, *args).backward(g)
     xr = x.detach().clone().requires_grad_()

@@ -9,9 +9,6 @@ import math
 
 import pytest
 import torch
-
-import brevitas_cpp
-import brevitas_cpp.function as BF
 from helpers import (
     BAD_DTYPES,
     DTYPE_IDS,
@@ -24,10 +21,13 @@ from helpers import (
     ref_round_to_zero,
 )
 
+import brevitas_cpp.function as BF
+
 OPS = torch.ops.brevitas_cpp
 
 
 # --- independent references (the contract's formulas) --------------------------------------
+
 
 def ref_round(x):
     return torch.round(x)
@@ -76,6 +76,7 @@ ENTRY_POINTS = {"op": op, "wrapper": wrapper}
 
 # --- helpers -------------------------------------------------------------------------------
 
+
 def neighbours(values, dtype):
     """The representable values of dtype just below and just above each value (> 0)."""
     t = torch.tensor(values, dtype=dtype)
@@ -87,13 +88,54 @@ def special_values(dtype):
     fi = torch.finfo(dtype)
     mant = round(-math.log2(fi.eps))  # explicit mantissa bits
     base = [
-        -2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, -3.5, 3.5, -4.5, 4.5, 0.25, -0.25, 0.75, -0.75,
-        1.0, -1.0, 0.3, -0.3, 0.7, -0.7, 1e-3, -1e-3, 10.5, -10.5, 11.5, -11.5, 63.5, -63.5,
-        float("inf"), float("-inf"), float("nan"), -float("nan"),
-        fi.max, -fi.max, fi.tiny, -fi.tiny, fi.smallest_normal / 4, -fi.smallest_normal / 4,
-        2.0 ** (mant - 1) + 0.5, -(2.0 ** (mant - 1) + 0.5),  # largest ties with a .5 step
-        2.0 ** mant - 0.5, -(2.0 ** mant - 0.5),
-        2.0 ** mant, -(2.0 ** mant), 2.0 ** mant + 2, -(2.0 ** mant + 2),
+        -2.5,
+        -1.5,
+        -0.5,
+        -0.0,
+        0.0,
+        0.5,
+        1.5,
+        2.5,
+        -3.5,
+        3.5,
+        -4.5,
+        4.5,
+        0.25,
+        -0.25,
+        0.75,
+        -0.75,
+        1.0,
+        -1.0,
+        0.3,
+        -0.3,
+        0.7,
+        -0.7,
+        1e-3,
+        -1e-3,
+        10.5,
+        -10.5,
+        11.5,
+        -11.5,
+        63.5,
+        -63.5,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        -float("nan"),
+        fi.max,
+        -fi.max,
+        fi.tiny,
+        -fi.tiny,
+        fi.smallest_normal / 4,
+        -fi.smallest_normal / 4,
+        2.0 ** (mant - 1) + 0.5,
+        -(2.0 ** (mant - 1) + 0.5),  # largest ties with a .5 step
+        2.0**mant - 0.5,
+        -(2.0**mant - 0.5),
+        2.0**mant,
+        -(2.0**mant),
+        2.0**mant + 2,
+        -(2.0**mant + 2),
     ]
     t = torch.tensor(base, dtype=torch.float64).to(dtype)
     near = neighbours([0.5, 1.5, 2.5, 1.0, 2.0 ** (mant - 1)], dtype)
@@ -122,7 +164,10 @@ def random_values(dtype, n, seed=0):
 def tie_grid(shape, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     n = math.prod(shape)
-    v = torch.randint(-12, 12, (n,), generator=g).double() / 2 + (torch.rand(n, generator=g, dtype=torch.float64) < 0.3) * 0.25
+    v = (
+        torch.randint(-12, 12, (n,), generator=g).double() / 2
+        + (torch.rand(n, generator=g, dtype=torch.float64) < 0.3) * 0.25
+    )
     return v.view(shape).to(dtype)
 
 
@@ -134,7 +179,9 @@ def layouts(dtype):
         "transposed": tie_grid((5, 4), dtype, seed=2).t(),
         "sliced": tie_grid((4, 10), dtype, seed=3)[:, ::3],
         "channels_last": base.to(memory_format=torch.channels_last),
-        "channels_last_c1": tie_grid((2, 1, 4, 5), dtype, seed=4).to(memory_format=torch.channels_last),
+        "channels_last_c1": tie_grid((2, 1, 4, 5), dtype, seed=4).to(
+            memory_format=torch.channels_last
+        ),
         "permuted": tie_grid((3, 4, 5), dtype, seed=5).permute(2, 0, 1),
         "expanded": tie_grid((1, 5), dtype, seed=6).expand(4, 5),
         "offset": tie_grid((20,), dtype, seed=7)[3:17].view(2, 7),
@@ -146,6 +193,7 @@ LAYOUT_NAMES = list(layouts(torch.float32))
 
 
 # --- forward values ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", OP_NAMES)
@@ -221,6 +269,7 @@ def test_zero_dim(name, dtype):
 
 # --- layouts -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("layout", LAYOUT_NAMES)
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_layouts(name, layout):
@@ -231,6 +280,7 @@ def test_layouts(name, layout):
 
 
 # --- autograd ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", OP_NAMES)
@@ -293,13 +343,16 @@ def test_double_backward(name):
     with pytest.raises(RuntimeError):
         torch.autograd.grad(gx.sum(), x)
     # With a constant incoming gradient the first derivative is a constant.
-    (gx,) = torch.autograd.grad(op(name)(x), x, torch.ones(4, dtype=torch.float64), create_graph=True)
+    (gx,) = torch.autograd.grad(
+        op(name)(x), x, torch.ones(4, dtype=torch.float64), create_graph=True
+    )
     assert not gx.requires_grad
     with pytest.raises(RuntimeError):
         torch.autograd.grad(gx.sum(), x)
 
 
 # --- opcheck -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["nograd", "grad"])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "channels_last"])
@@ -317,18 +370,22 @@ def test_opcheck_other_dtypes():
 
 # --- bad inputs --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("bad", BAD_DTYPES, ids=str)
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_non_floating_x_rejected(name, bad, device):
     x = torch.zeros(3, dtype=bad, device=device)
-    with pytest.raises(RuntimeError, match=rf"brevitas_cpp::{name}: x must be a floating-point tensor"):
+    with pytest.raises(
+        RuntimeError, match=rf"brevitas_cpp::{name}: x must be a floating-point tensor"
+    ):
         op(name)(x)
     with pytest.raises(RuntimeError, match=r"x .*floating"):
         wrapper(name)(x)
 
 
 # --- TorchScript -------------------------------------------------------------------------
+
 
 def _scripted_ops(x: torch.Tensor):
     a = torch.ops.brevitas_cpp.round_ste(x)
@@ -352,7 +409,9 @@ def _scripted_wrappers(x: torch.Tensor):
 def test_torchscript(fn):
     scripted = torch.jit.script(fn)
     for _ in range(3):  # the profiling executor optimises after a couple of runs
-        x = torch.tensor([-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 0.3, -0.7], requires_grad=True)
+        x = torch.tensor(
+            [-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 0.3, -0.7], requires_grad=True
+        )
         outs = scripted(x)
         for o, name in zip(outs, OP_NAMES):
             assert_same(o.detach(), REFS[name](x.detach()))

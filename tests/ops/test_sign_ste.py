@@ -9,9 +9,6 @@ import math
 
 import pytest
 import torch
-
-import brevitas_cpp
-import brevitas_cpp.function as BF
 from helpers import (
     BAD_DTYPES,
     DTYPE_IDS,
@@ -25,10 +22,13 @@ from helpers import (
     ref_ternary_sign,
 )
 
+import brevitas_cpp.function as BF
+
 OPS = torch.ops.brevitas_cpp
 
 
 # --- independent references ---------------------------------------------------------------
+
 
 def ref_abs(x):
     return torch.abs(x)
@@ -68,12 +68,34 @@ ENTRY_POINTS = {"op": op, "wrapper": wrapper}
 
 # --- helpers -------------------------------------------------------------------------------
 
+
 def special_values(dtype):
     fi = torch.finfo(dtype)
     base = [
-        -2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 1.0, -1.0, 0.3, -0.3, 1e-3, -1e-3,
-        float("inf"), float("-inf"), float("nan"), -float("nan"),
-        fi.max, -fi.max, fi.tiny, -fi.tiny, fi.smallest_normal / 4, -fi.smallest_normal / 4,
+        -2.5,
+        -1.5,
+        -0.5,
+        -0.0,
+        0.0,
+        0.5,
+        1.5,
+        2.5,
+        1.0,
+        -1.0,
+        0.3,
+        -0.3,
+        1e-3,
+        -1e-3,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        -float("nan"),
+        fi.max,
+        -fi.max,
+        fi.tiny,
+        -fi.tiny,
+        fi.smallest_normal / 4,
+        -fi.smallest_normal / 4,
     ]
     t = torch.tensor(base, dtype=torch.float64).to(dtype)
     return torch.cat([t, t.flip(0), t[:19]])
@@ -118,6 +140,7 @@ LAYOUT_NAMES = list(layouts(torch.float32))
 
 
 # --- forward values ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", OP_NAMES)
@@ -200,6 +223,7 @@ def test_zero_dim(name, dtype):
 
 # --- layouts -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("layout", LAYOUT_NAMES)
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_layouts(name, layout):
@@ -222,6 +246,7 @@ def test_abs_backward_op_layouts(layout):
 
 
 # --- abs_binary_sign_grad backward ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_abs_backward_op_values(dtype):
@@ -279,7 +304,9 @@ def test_abs_binary_sign_grad_is_not_twice_differentiable():
     with pytest.raises(RuntimeError, match="_abs_binary_sign_grad_backward is not implemented"):
         gx.sum().backward()
     with pytest.raises(RuntimeError, match="not implemented"):
-        torch.autograd.gradgradcheck(OPS.abs_binary_sign_grad, (x.detach().abs().add(0.5).requires_grad_(),))
+        torch.autograd.gradgradcheck(
+            OPS.abs_binary_sign_grad, (x.detach().abs().add(0.5).requires_grad_(),)
+        )
     # Calling the backward op directly on tensors that require grad: same.
     g = torch.ones(4, dtype=torch.float64, requires_grad=True)
     out = OPS._abs_binary_sign_grad_backward(g, x)
@@ -349,7 +376,9 @@ def test_ste_double_backward(name):
     w = torch.tensor([2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
     (gg,) = torch.autograd.grad(gx, g, w)
     assert torch.equal(gg, w)
-    (gx,) = torch.autograd.grad(op(name)(x), x, torch.ones(4, dtype=torch.float64), create_graph=True)
+    (gx,) = torch.autograd.grad(
+        op(name)(x), x, torch.ones(4, dtype=torch.float64), create_graph=True
+    )
     assert not gx.requires_grad
     with pytest.raises(RuntimeError):
         torch.autograd.grad(gx.sum(), x)
@@ -373,7 +402,9 @@ def test_opcheck_abs_backward(layout):
     x = layouts(torch.float32)[layout]
     g = torch.randn(x.shape)
     torch.library.opcheck(OPS._abs_binary_sign_grad_backward, (g, x))
-    torch.library.opcheck(OPS._abs_binary_sign_grad_backward, (g.t().contiguous().t() if g.dim() == 2 else g, x))
+    torch.library.opcheck(
+        OPS._abs_binary_sign_grad_backward, (g.t().contiguous().t() if g.dim() == 2 else g, x)
+    )
 
 
 @pytest.mark.parametrize("layout", OPCHECK_LAYOUTS)
@@ -382,28 +413,34 @@ def test_opcheck_abs_backward_requires_grad(layout):
     g = torch.randn(x.shape, requires_grad=True)
     # Everything but the AOT backward passes; the backward op is deliberately not
     # differentiable, which test_aot_dispatch_dynamic reports.
-    torch.library.opcheck(OPS._abs_binary_sign_grad_backward, (g, x),
-                          test_utils=NO_AOT)
+    torch.library.opcheck(OPS._abs_binary_sign_grad_backward, (g, x), test_utils=NO_AOT)
     with pytest.raises(Exception, match="_abs_binary_sign_grad_backward is not implemented"):
-        torch.library.opcheck(OPS._abs_binary_sign_grad_backward, (g, x), test_utils="test_aot_dispatch_dynamic")
+        torch.library.opcheck(
+            OPS._abs_binary_sign_grad_backward, (g, x), test_utils="test_aot_dispatch_dynamic"
+        )
 
 
 def test_opcheck_other_dtypes():
     for name in OP_NAMES:
         for dtype in (torch.float64, torch.float16, torch.bfloat16):
             torch.library.opcheck(op(name), (grid((3, 5), dtype, seed=1),))
-    torch.library.opcheck(OPS._abs_binary_sign_grad_backward,
-                          (torch.randn(3, 5, dtype=torch.bfloat16), grid((3, 5), torch.bfloat16, seed=1)))
+    torch.library.opcheck(
+        OPS._abs_binary_sign_grad_backward,
+        (torch.randn(3, 5, dtype=torch.bfloat16), grid((3, 5), torch.bfloat16, seed=1)),
+    )
 
 
 # --- bad inputs --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("bad", BAD_DTYPES, ids=str)
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_non_floating_x_rejected(name, bad, device):
     x = torch.zeros(3, dtype=bad, device=device)
-    with pytest.raises(RuntimeError, match=rf"brevitas_cpp::{name}: x must be a floating-point tensor"):
+    with pytest.raises(
+        RuntimeError, match=rf"brevitas_cpp::{name}: x must be a floating-point tensor"
+    ):
         op(name)(x)
     with pytest.raises(RuntimeError, match=r"x .*floating"):
         wrapper(name)(x)
@@ -413,14 +450,25 @@ def test_non_floating_x_rejected(name, bad, device):
 def test_abs_backward_bad_inputs(device):
     x = torch.randn(2, 3, device=device)
     with pytest.raises(RuntimeError, match=r"_abs_binary_sign_grad_backward: x must be a floating"):
-        OPS._abs_binary_sign_grad_backward(torch.ones(2, 3, device=device),
-                                           torch.ones(2, 3, dtype=torch.int32, device=device))
-    with pytest.raises(RuntimeError, match=r"_abs_binary_sign_grad_backward: grad must have the dtype of x"):
+        OPS._abs_binary_sign_grad_backward(
+            torch.ones(2, 3, device=device), torch.ones(2, 3, dtype=torch.int32, device=device)
+        )
+    with pytest.raises(
+        RuntimeError, match=r"_abs_binary_sign_grad_backward: grad must have the dtype of x"
+    ):
         OPS._abs_binary_sign_grad_backward(torch.ones(2, 3, dtype=torch.float64, device=device), x)
-    with pytest.raises(RuntimeError, match=r"_abs_binary_sign_grad_backward: grad of shape \[3, 2\] must have the shape of x"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"_abs_binary_sign_grad_backward: grad of shape \[3, 2\] must have the shape of x",
+    ):
         OPS._abs_binary_sign_grad_backward(torch.ones(3, 2, device=device), x)
-    with pytest.raises(RuntimeError, match=r"_abs_binary_sign_grad_backward: grad of shape .* must have the shape of x"):
-        OPS._abs_binary_sign_grad_backward(torch.ones(3, device=device), x)  # would broadcast: still rejected
+    with pytest.raises(
+        RuntimeError,
+        match=r"_abs_binary_sign_grad_backward: grad of shape .* must have the shape of x",
+    ):
+        OPS._abs_binary_sign_grad_backward(
+            torch.ones(3, device=device), x
+        )  # would broadcast: still rejected
 
 
 def test_abs_backward_mixed_devices():
@@ -429,6 +477,7 @@ def test_abs_backward_mixed_devices():
 
 
 # --- TorchScript -------------------------------------------------------------------------
+
 
 def _scripted_ops(x: torch.Tensor):
     a = torch.ops.brevitas_cpp.binary_sign_ste(x)

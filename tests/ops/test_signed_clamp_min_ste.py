@@ -8,9 +8,9 @@ binary_sign(x), which is grad itself for every non-NaN x)."""
 
 import pytest
 import torch
+from helpers import DTYPE_IDS, DTYPES, assert_same
 
 import brevitas_cpp.function as BF
-from helpers import DTYPE_IDS, DTYPES, assert_same
 
 OPS = torch.ops.brevitas_cpp
 
@@ -90,22 +90,34 @@ def test_module_matches_brevitas_composition_in_a_learned_scale():
 
 def test_bad_arguments_are_named():
     x = torch.randn(3)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: min_val must be >= 0"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: min_val must be >= 0"
+    ):
         OPS.scalar_signed_clamp_min_ste(x, -0.5)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: min_val must be >= 0"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: min_val must be >= 0"
+    ):
         OPS.scalar_signed_clamp_min_ste(x, NAN)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: x must be a floating-point"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: x must be a floating-point"
+    ):
         OPS.scalar_signed_clamp_min_ste(torch.arange(3), 0.5)
-    with pytest.raises(RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: min_val .* overflow"):
+    with pytest.raises(
+        RuntimeError, match=r"brevitas_cpp::scalar_signed_clamp_min_ste: min_val .* overflow"
+    ):
         OPS.scalar_signed_clamp_min_ste(x.half(), 1e6)
 
 
 def test_meta_and_opcheck():
     x = torch.randn(3, 7, dtype=torch.float64)
-    m = OPS.scalar_signed_clamp_min_ste(torch.empty(2, 3, 4, 5, device="meta").to(memory_format=torch.channels_last), 0.1)
+    m = OPS.scalar_signed_clamp_min_ste(
+        torch.empty(2, 3, 4, 5, device="meta").to(memory_format=torch.channels_last), 0.1
+    )
     assert m.shape == (2, 3, 4, 5) and m.is_contiguous(memory_format=torch.channels_last)
     for requires_grad in (False, True):
-        torch.library.opcheck(OPS.scalar_signed_clamp_min_ste, (x.detach().requires_grad_(requires_grad), 0.3))
+        torch.library.opcheck(
+            OPS.scalar_signed_clamp_min_ste, (x.detach().requires_grad_(requires_grad), 0.3)
+        )
 
 
 def test_scripts():
@@ -120,7 +132,9 @@ def test_gradcheck_where_the_clamp_is_inactive():
     # For |x| > min_val the op is x itself, so the straight-through gradient is the true one.
     x = torch.randn(8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     x = torch.where(x.abs() > 0.3, x, torch.where(x < 0, -0.75, 0.75))
-    assert torch.autograd.gradcheck(lambda x_: OPS.scalar_signed_clamp_min_ste(x_, 0.25),
-                                    (x.requires_grad_(),))
-    assert torch.autograd.gradcheck(lambda x_: BF.scalar_signed_clamp_min_ste(x_, 0.25),
-                                    (x.detach().t().requires_grad_(),))
+    assert torch.autograd.gradcheck(
+        lambda x_: OPS.scalar_signed_clamp_min_ste(x_, 0.25), (x.requires_grad_(),)
+    )
+    assert torch.autograd.gradcheck(
+        lambda x_: BF.scalar_signed_clamp_min_ste(x_, 0.25), (x.detach().t().requires_grad_(),)
+    )

@@ -9,9 +9,6 @@ op, so the reference sign keeps NaN.
 
 import pytest
 import torch
-
-import brevitas_cpp  # noqa: F401  (registers the ops)
-from brevitas_cpp.function import ternary_quant
 from helpers import (
     DTYPES,
     MASKS2,
@@ -27,6 +24,9 @@ from helpers import (
     ref_sign_ste,
     ref_ternary_sign,
 )
+
+import brevitas_cpp  # noqa: F401  (registers the ops)
+from brevitas_cpp.function import ternary_quant
 
 OPS = torch.ops.brevitas_cpp
 THRESHOLDS = [0.0, 0.5, 0.3, 1.0, 2.0]
@@ -50,8 +50,10 @@ def test_forward_bitwise(dtype, case):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_forward_threshold_ties_and_specials(dtype):
     s = torch.tensor(1.0, dtype=dtype)
-    x = torch.tensor([0.5, -0.5, 0.5000001, 0.75, -0.75, 0.0, -0.0, 0.25, float("inf"), float("-inf"), 1e4],
-                     dtype=dtype)
+    x = torch.tensor(
+        [0.5, -0.5, 0.5000001, 0.75, -0.75, 0.0, -0.0, 0.25, float("inf"), float("-inf"), 1e4],
+        dtype=dtype,
+    )
     y = ternary_quant(x, s, 0.5)
     assert_bitwise(y, ref_ternary_quant(x, s, 0.5))
     assert y[0] == 0 and y[1] == 0  # |x| == threshold * s: strictly greater is needed
@@ -120,7 +122,11 @@ def test_gradients_vs_composition(dtype, case):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gradients_reduced_precision(dtype):
-    x, s, g = rand((2, 4, 3, 3), dtype), rand_pos((1, 4, 1, 1), dtype), rand((2, 4, 3, 3), dtype, seed=3)
+    x, s, g = (
+        rand((2, 4, 3, 3), dtype),
+        rand_pos((1, 4, 1, 1), dtype),
+        rand((2, 4, 3, 3), dtype, seed=3),
+    )
     y, (gx, gs) = grads(lambda a, b: ternary_quant(a, b, 0.5), (x, s), g, (True, True))
     yr, (rx, rs) = grads(lambda a, b: ref_ternary_quant(a, b, 0.5), (x, s), g, (True, True))
     assert_bitwise(y, yr, signed_zero=False)  # the STE reference adds +0
@@ -153,7 +159,11 @@ def test_gradcheck_in_scale_away_from_threshold():
 
 @pytest.mark.parametrize("output_mask", MASKS2, ids=str)
 def test_backward_op(output_mask):
-    x, s, g = rand((3, 4, 5), torch.float64), rand_pos((1, 4, 1), torch.float64), rand((3, 4, 5), torch.float64, seed=4)
+    x, s, g = (
+        rand((3, 4, 5), torch.float64),
+        rand_pos((1, 4, 1), torch.float64),
+        rand((3, 4, 5), torch.float64, seed=4),
+    )
     _, (rx, rs) = grads(lambda a, b: ref_ternary_quant(a, b, 0.5), (x, s), g, (True, True))
     gx, gs = OPS._ternary_quant_backward(g, x, s, 0.5, output_mask)
     if output_mask[0]:
@@ -203,13 +213,19 @@ def test_opcheck_backward(noncontig, requires_grad):
 # ---- bad input -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("threshold,text", [(-0.5, "-0.5"), (float("inf"), "inf"), (float("nan"), "nan"),
-                                            (-float("inf"), "-inf")])
+@pytest.mark.parametrize(
+    "threshold,text",
+    [(-0.5, "-0.5"), (float("inf"), "inf"), (float("nan"), "nan"), (-float("inf"), "-inf")],
+)
 def test_bad_threshold(threshold, text):
     x, s = rand((2, 5)), torch.tensor(0.5)
-    with pytest.raises(RuntimeError, match=rf"ternary_quant: threshold must be finite and >= 0.*got {text}\b"):
+    with pytest.raises(
+        RuntimeError, match=rf"ternary_quant: threshold must be finite and >= 0.*got {text}\b"
+    ):
         ternary_quant(x, s, threshold)
-    with pytest.raises(RuntimeError, match=r"_ternary_quant_backward: threshold must be finite and >= 0"):
+    with pytest.raises(
+        RuntimeError, match=r"_ternary_quant_backward: threshold must be finite and >= 0"
+    ):
         OPS._ternary_quant_backward(x, x, s, threshold, [True, True])
 
 
@@ -219,12 +235,16 @@ def test_bad_scale_and_x():
         ternary_quant(torch.ones(2, 5, dtype=torch.int64), torch.tensor(1), 0.5)
     with pytest.raises(RuntimeError, match=r"ternary_quant: scale must have the dtype of x"):
         ternary_quant(x, torch.tensor(0.5, dtype=torch.bfloat16), 0.5)
-    with pytest.raises(RuntimeError, match=r"scale of shape \[3\] does not broadcast to x of shape \[2, 5\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale of shape \[3\] does not broadcast to x of shape \[2, 5\]"
+    ):
         ternary_quant(x, torch.ones(3), 0.5)
     with pytest.raises(RuntimeError, match=r"scale of shape \[3, 2, 5\] does not broadcast"):
         ternary_quant(x, torch.ones(3, 2, 5), 0.5)
     for v, text in [(0.0, "0"), (-2.0, "-2"), (float("inf"), "inf"), (float("nan"), "nan")]:
-        with pytest.raises(RuntimeError, match=rf"ternary_quant: scale must be positive and finite, got {text}\b"):
+        with pytest.raises(
+            RuntimeError, match=rf"ternary_quant: scale must be positive and finite, got {text}\b"
+        ):
             ternary_quant(x, torch.tensor(v), 0.5)
         with pytest.raises(RuntimeError, match=rf"scale must be positive and finite, got {text}\b"):
             ternary_quant(x, torch.tensor([[1.0], [v]]), 0.5)
@@ -232,7 +252,9 @@ def test_bad_scale_and_x():
         ternary_quant(x, torch.tensor(0.5, device="meta"), 0.5)
 
 
-@pytest.mark.parametrize("xs,ss", [((3, 40001), (3, 1)), ((4, 20003), (1, 20003)), ((64, 40, 33), (64, 40, 1))])
+@pytest.mark.parametrize(
+    "xs,ss", [((3, 40001), (3, 1)), ((4, 20003), (1, 20003)), ((64, 40, 33), (64, 40, 1))]
+)
 def test_large_tensors(xs, ss):
     """Several parallel chunks, runs of one scale split across chunks."""
     x, s, g = rand(xs, torch.float64), rand_pos(ss, torch.float64), rand(xs, torch.float64, seed=3)
@@ -261,4 +283,8 @@ def test_expanded_scale_gradient():
 def test_meta_shape_and_strides():
     x = torch.empty(2, 4, 3, 3, device="meta").permute(0, 2, 3, 1)
     y = OPS.ternary_quant(x, torch.empty(1, 1, 1, 4, device="meta"), 0.5)
-    assert y.device.type == "meta" and y.shape == x.shape and y.stride() == torch.empty_like(x).stride()
+    assert (
+        y.device.type == "meta"
+        and y.shape == x.shape
+        and y.stride() == torch.empty_like(x).stride()
+    )

@@ -5,9 +5,9 @@ import warnings
 
 import pytest
 import torch
+from helpers import ref_int_quant
 from torch import nn
 
-from helpers import ref_int_quant
 from brevitas_cpp import config
 from brevitas_cpp.inject.enum import ScalingImplType
 from brevitas_cpp.proxy import (
@@ -323,9 +323,12 @@ def test_bias_needing_input_scale_errors_without_one(inputs):
     qw = WeightQuantProxyFromInjector(layer, Int8WeightPerTensorFloat)(layer.weight)
     qin = quant_tensor(torch.randn(1, 3, 4, 4), torch.tensor(0.1))
     args = {"none": (), "plain_input": (qin.value, qw), "plain_weight": (qin, qw.value)}[inputs]
-    with pytest.raises(RuntimeError, match=r"BiasQuantProxyFromInjector of StandInConv: bias "
-                       r"quantizer Int16Bias has requires_input_scale=True.*input scale \* "
-                       r"weight scale"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"BiasQuantProxyFromInjector of StandInConv: bias "
+        r"quantizer Int16Bias has requires_input_scale=True.*input scale \* "
+        r"weight scale",
+    ):
         bias_proxy(layer.bias, *args)
 
 

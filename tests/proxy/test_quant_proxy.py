@@ -26,7 +26,8 @@ from brevitas_cpp.quant import (
 )
 
 LEARNED_WEIGHT = Int8WeightPerTensorFloat.let(
-    scaling_impl_type=ScalingImplType.PARAMETER_FROM_STATS)
+    scaling_impl_type=ScalingImplType.PARAMETER_FROM_STATS
+)
 INPUT = Int8ActPerTensorFloat.let(scaling_stats_op=StatsOp.MAX, collect_stats_steps=2)
 INPUT_VALUE_KEY = "input_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl.value"
 
@@ -34,8 +35,9 @@ INPUT_VALUE_KEY = "input_quant.fused_activation_quant_proxy.tensor_quant.scaling
 class StandInQuantConv(nn.Module):
     """A conv layer as the quant layers build it: parameters plus input/weight/bias proxies."""
 
-    def __init__(self, weight_quant=LEARNED_WEIGHT, bias_quant=Int16Bias, input_quant=INPUT,
-                 seed: int = 0):
+    def __init__(
+        self, weight_quant=LEARNED_WEIGHT, bias_quant=Int16Bias, input_quant=INPUT, seed: int = 0
+    ):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.weight = nn.Parameter(torch.randn(4, 3, 3, 3, generator=g))
@@ -151,16 +153,23 @@ def test_legacy_sentinel_keys_are_not_unexpected():
     model = nn.Module()
     model.layer = nn.Module()
     model.layer.trunc_quant = TruncQuantProxyFromInjector(model.layer, TruncTo8bit)
-    result = model.load_state_dict({
-        "layer.trunc_quant.zero_hw_sentinel": torch.tensor(0.0),
-        "layer.accumulator_quant.zero_hw_sentinel": torch.tensor(0.0)}, strict=True)
+    result = model.load_state_dict(
+        {
+            "layer.trunc_quant.zero_hw_sentinel": torch.tensor(0.0),
+            "layer.accumulator_quant.zero_hw_sentinel": torch.tensor(0.0),
+        },
+        strict=True,
+    )
     assert result.unexpected_keys == []
 
 
 def test_add_tracked_module_rejects_none():
     proxy = WeightQuantProxyFromInjector(StandInQuantConv(), Int8WeightPerTensorFloat)
-    with pytest.raises(RuntimeError, match=r"WeightQuantProxyFromInjector.add_tracked_module: "
-                       r"module must be a layer \(an nn.Module\), got None"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"WeightQuantProxyFromInjector.add_tracked_module: "
+        r"module must be a layer \(an nn.Module\), got None",
+    ):
         proxy.add_tracked_module(None)
     assert len(proxy.tracked_module_list) == 1
 
@@ -169,8 +178,10 @@ def test_export_mode_switch():
     proxy = WeightQuantProxyFromInjector(StandInQuantConv(), Int8WeightPerTensorFloat)
     assert proxy.export_mode is False and proxy.export_handler is None
     assert proxy.requires_export_handler
-    with pytest.raises(RuntimeError, match="WeightQuantProxyFromInjector: export mode can only be "
-                       "entered in eval mode"):
+    with pytest.raises(
+        RuntimeError,
+        match="WeightQuantProxyFromInjector: export mode can only be entered in eval mode",
+    ):
         proxy.export_mode = True
     proxy.eval()
     with pytest.warns(UserWarning, match="no export handler"):
@@ -188,15 +199,24 @@ def test_every_proxy_follows_the_protocol():
     assert not isinstance(nn.Linear(2, 2), QuantProxyProtocol)
 
 
-@pytest.mark.parametrize("bad", [None, Int8WeightPerTensorFloat.let, 3, nn.Linear],
-                         ids=["None", "method", "int", "module_class"])
+@pytest.mark.parametrize(
+    "bad",
+    [None, Int8WeightPerTensorFloat.let, 3, nn.Linear],
+    ids=["None", "method", "int", "module_class"],
+)
 def test_quant_injector_must_be_a_quantizer_class(bad):
-    with pytest.raises(TypeError, match=r"WeightQuantProxyFromInjector: quant_injector must be a "
-                       r"quantizer class \(an ExtendedInjector subclass"):
+    with pytest.raises(
+        TypeError,
+        match=r"WeightQuantProxyFromInjector: quant_injector must be a "
+        r"quantizer class \(an ExtendedInjector subclass",
+    ):
         WeightQuantProxyFromInjector(StandInQuantConv(), bad)
 
 
 def test_quant_layer_must_be_a_module():
-    with pytest.raises(TypeError, match=r"ActQuantProxyFromInjector: quant_layer must be the layer "
-                       r"to quantize for \(an nn.Module\), got None"):
+    with pytest.raises(
+        TypeError,
+        match=r"ActQuantProxyFromInjector: quant_layer must be the layer "
+        r"to quantize for \(an nn.Module\), got None",
+    ):
         ActQuantProxyFromInjector(None, INPUT)

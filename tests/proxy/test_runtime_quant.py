@@ -3,9 +3,9 @@ activations, passthrough of QuantTensor metadata, caching, state_dict round trip
 
 import pytest
 import torch
+from helpers import ref_int_quant
 from torch import nn
 
-from helpers import ref_int_quant
 from brevitas_cpp import config
 from brevitas_cpp.inject.enum import StatsOp
 from brevitas_cpp.proxy import (
@@ -145,8 +145,9 @@ def test_act_hardtanh_dropped_when_quantizer_clamps():
     x = batches(1)[0]
     assert torch.equal(proxy(x).value, int8(x, torch.tensor(1.0) / 128))
     # Without a quantizer the HardTanh itself runs.
-    none = ActQuantProxyFromInjector(StandInLayer(), NoneActQuant.let(
-        act_impl=nn.Hardtanh, min_val=-1.0, max_val=1.0))
+    none = ActQuantProxyFromInjector(
+        StandInLayer(), NoneActQuant.let(act_impl=nn.Hardtanh, min_val=-1.0, max_val=1.0)
+    )
     assert torch.equal(none(x), torch.clamp(x, -1.0, 1.0))
 
 
@@ -174,7 +175,8 @@ def test_passthrough_activation_keeps_input_metadata():
     assert type(plain) is torch.Tensor and torch.equal(plain, torch.relu(x))
     # A non-passthrough activation drops the metadata.
     blocking = ActQuantProxyFromInjector(
-        StandInLayer(), NoneActQuant.let(act_impl=nn.Sigmoid(), passthrough_act=False))
+        StandInLayer(), NoneActQuant.let(act_impl=nn.Sigmoid(), passthrough_act=False)
+    )
     out = blocking(qx)
     assert type(out) is torch.Tensor and torch.equal(out, torch.sigmoid(x))
 
@@ -241,8 +243,8 @@ def test_act_state_dict_round_trip():
 
 
 def test_legacy_runtime_stats_checkpoint_becomes_the_scale():
-    from brevitas_cpp.quant.solver.act import ConvertRuntimeStatsToParameter
     from brevitas_cpp.proxy import utils as proxy_utils
+    from brevitas_cpp.quant.solver.act import ConvertRuntimeStatsToParameter
 
     assert proxy_utils.ConvertRuntimeStatsToParameter is ConvertRuntimeStatsToParameter
     holder = nn.Module()
@@ -250,7 +252,8 @@ def test_legacy_runtime_stats_checkpoint_becomes_the_scale():
     stats = "act.fused_activation_quant_proxy.tensor_quant.scaling_impl.runtime_stats."
     result = holder.load_state_dict(
         {stats + "running_stats": torch.tensor(-2.56), stats + "counter": torch.tensor(5)},
-        strict=True)
+        strict=True,
+    )
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert torch.equal(holder.act.scale(), torch.tensor(2.56) / 128)
 
@@ -265,16 +268,19 @@ def test_dynamic_act_proxy_has_no_static_scale():
 
 # ---- truncation --------------------------------------------------------------------------------
 
-S_IN = torch.tensor(2.0 ** -10)
+S_IN = torch.tensor(2.0**-10)
 
 
 def accumulator(signed: bool = True, seed: int = 0) -> IntQuantTensor:
     g = torch.Generator().manual_seed(seed)
-    low, high = (-2 ** 15, 2 ** 15) if signed else (0, 2 ** 16)
+    low, high = (-(2**15), 2**15) if signed else (0, 2**16)
     ints = torch.randint(low, high, (4, 50), generator=g).float()
     # Exact halves and tie cases for the rounding after the shift.
-    ints[0, :4] = torch.tensor([128.0, 384.0, -128.0, -384.0]) if signed else torch.tensor(
-        [128.0, 384.0, 640.0, 0.0])
+    ints[0, :4] = (
+        torch.tensor([128.0, 384.0, -128.0, -384.0])
+        if signed
+        else torch.tensor([128.0, 384.0, 640.0, 0.0])
+    )
     return IntQuantTensor(ints * S_IN, S_IN, ZERO, torch.tensor(16.0), signed, True)
 
 
@@ -285,8 +291,9 @@ def trunc_ref(x: IntQuantTensor, rnd, lo: float, hi: float) -> torch.Tensor:
     return (y - x.zero_point / shift) * (x.scale * shift)
 
 
-@pytest.mark.parametrize("quant, rnd", [(TruncTo8bit, torch.floor), (RoundTo8bit, torch.round)],
-                         ids=["floor", "round"])
+@pytest.mark.parametrize(
+    "quant, rnd", [(TruncTo8bit, torch.floor), (RoundTo8bit, torch.round)], ids=["floor", "round"]
+)
 @pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
 def test_trunc_keeps_most_significant_bits(quant, rnd, signed):
     proxy = TruncQuantProxyFromInjector(StandInLayer(), quant)
@@ -335,8 +342,11 @@ def test_trunc_gradient_is_straight_through_to_the_value():
 
 def test_trunc_needs_a_quant_tensor():
     proxy = TruncQuantProxyFromInjector(StandInLayer(), TruncTo8bit)
-    with pytest.raises(TypeError, match=r"TruncQuantProxyFromInjector of StandInLayer: .*expected "
-                       r"an IntQuantTensor, got Tensor"):
+    with pytest.raises(
+        TypeError,
+        match=r"TruncQuantProxyFromInjector of StandInLayer: .*expected "
+        r"an IntQuantTensor, got Tensor",
+    ):
         proxy(torch.randn(3))
 
 

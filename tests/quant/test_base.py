@@ -19,48 +19,89 @@ from brevitas_cpp.quant import base
 INT_FORMAT = dict(quant_type="INT", bit_width_impl_type="CONST", float_to_int_impl_type="ROUND")
 
 EXPECTED = {
-    "MaxStatsScaling": dict(scaling_impl_type="STATS", scaling_stats_op="MAX",
-                            scaling_min_val=1e-10),
-    "MinMaxStatsScaling": dict(scaling_impl_type="STATS", scaling_stats_op="MIN_MAX",
-                               scaling_min_val=1e-10),
+    "MaxStatsScaling": dict(
+        scaling_impl_type="STATS", scaling_stats_op="MAX", scaling_min_val=1e-10
+    ),
+    "MinMaxStatsScaling": dict(
+        scaling_impl_type="STATS", scaling_stats_op="MIN_MAX", scaling_min_val=1e-10
+    ),
     "ParamFromRuntimePercentileScaling": dict(
-        scaling_impl_type="PARAMETER_FROM_STATS", scaling_stats_op="PERCENTILE",
-        high_percentile_q=99.999, collect_stats_steps=300, scaling_min_val=1e-10),
+        scaling_impl_type="PARAMETER_FROM_STATS",
+        scaling_stats_op="PERCENTILE",
+        high_percentile_q=99.999,
+        collect_stats_steps=300,
+        scaling_min_val=1e-10,
+    ),
     "ParamFromRuntimeMinMaxScaling": dict(
-        scaling_impl_type="PARAMETER_FROM_STATS", scaling_stats_op="MIN_MAX",
-        collect_stats_steps=300, scaling_min_val=1e-10),
+        scaling_impl_type="PARAMETER_FROM_STATS",
+        scaling_stats_op="MIN_MAX",
+        collect_stats_steps=300,
+        scaling_min_val=1e-10,
+    ),
     "ParamFromRuntimePercentileIntervalScaling": dict(
-        scaling_impl_type="PARAMETER_FROM_STATS", scaling_stats_op="PERCENTILE_INTERVAL",
-        high_percentile_q=99.999, low_percentile_q=0.001, collect_stats_steps=300,
-        scaling_min_val=1e-10),
+        scaling_impl_type="PARAMETER_FROM_STATS",
+        scaling_stats_op="PERCENTILE_INTERVAL",
+        high_percentile_q=99.999,
+        low_percentile_q=0.001,
+        collect_stats_steps=300,
+        scaling_min_val=1e-10,
+    ),
     "ParamMinMaxInitScaling": dict(scaling_impl_type="PARAMETER"),
     "BatchQuantStatsScaling1d": dict(
-        scaling_impl_type="AFFINE_STATS", scaling_stats_op="MAX_AVE", scaling_stats_momentum=None,
-        affine_shift_scale=False, scaling_stats_permute_dims=(1, 0, 2), scaling_min_val=1e-10),
+        scaling_impl_type="AFFINE_STATS",
+        scaling_stats_op="MAX_AVE",
+        scaling_stats_momentum=None,
+        affine_shift_scale=False,
+        scaling_stats_permute_dims=(1, 0, 2),
+        scaling_min_val=1e-10,
+    ),
     "BatchQuantStatsScaling2d": dict(
-        scaling_impl_type="AFFINE_STATS", scaling_stats_op="MAX_AVE", scaling_stats_momentum=None,
-        affine_shift_scale=False, scaling_stats_permute_dims=(1, 0, 2, 3), scaling_min_val=1e-10),
+        scaling_impl_type="AFFINE_STATS",
+        scaling_stats_op="MAX_AVE",
+        scaling_stats_momentum=None,
+        affine_shift_scale=False,
+        scaling_stats_permute_dims=(1, 0, 2, 3),
+        scaling_min_val=1e-10,
+    ),
     "IntQuant": dict(INT_FORMAT, narrow_range=False, signed=True),
     "NarrowIntQuant": dict(INT_FORMAT, narrow_range=True, signed=True),
     "UintQuant": dict(INT_FORMAT, narrow_range=False, signed=False),
-    "ShiftedMinUintQuant": dict(INT_FORMAT, narrow_range=False, signed=False,
-                                quantize_zero_point=True),
-    "ShiftedParamFromPercentileUintQuant": dict(INT_FORMAT, narrow_range=False, signed=False,
-                                                quantize_zero_point=True, low_percentile_q=0.001),
-    "PerChannelFloatScaling8bit": dict(scaling_per_output_type="CHANNEL",
-                                       restrict_scaling_type="FP", bit_width=8),
-    "PerTensorFloatScaling8bit": dict(scaling_per_output_type="TENSOR",
-                                      restrict_scaling_type="FP", bit_width=8),
-    "PerChannelPoTScaling8bit": dict(scaling_per_output_type="CHANNEL",
-                                     restrict_scaling_type="POWER_OF_TWO", bit_width=8),
-    "PerTensorPoTScaling8bit": dict(scaling_per_output_type="TENSOR",
-                                    restrict_scaling_type="POWER_OF_TWO", bit_width=8),
-    "SignedBinaryClampedConst": dict(scaling_impl_type="CONST", restrict_scaling_type="FP",
-                                     float_to_int_impl_type="ROUND",
-                                     scaling_per_output_type="TENSOR", narrow_range=True,
-                                     signed=True),
-    "PerTensorConstScaling2bit": dict(scaling_impl_type="CONST", restrict_scaling_type="FP",
-                                      scaling_per_output_type="TENSOR", bit_width=2),
+    "ShiftedMinUintQuant": dict(
+        INT_FORMAT, narrow_range=False, signed=False, quantize_zero_point=True
+    ),
+    "ShiftedParamFromPercentileUintQuant": dict(
+        INT_FORMAT,
+        narrow_range=False,
+        signed=False,
+        quantize_zero_point=True,
+        low_percentile_q=0.001,
+    ),
+    "PerChannelFloatScaling8bit": dict(
+        scaling_per_output_type="CHANNEL", restrict_scaling_type="FP", bit_width=8
+    ),
+    "PerTensorFloatScaling8bit": dict(
+        scaling_per_output_type="TENSOR", restrict_scaling_type="FP", bit_width=8
+    ),
+    "PerChannelPoTScaling8bit": dict(
+        scaling_per_output_type="CHANNEL", restrict_scaling_type="POWER_OF_TWO", bit_width=8
+    ),
+    "PerTensorPoTScaling8bit": dict(
+        scaling_per_output_type="TENSOR", restrict_scaling_type="POWER_OF_TWO", bit_width=8
+    ),
+    "SignedBinaryClampedConst": dict(
+        scaling_impl_type="CONST",
+        restrict_scaling_type="FP",
+        float_to_int_impl_type="ROUND",
+        scaling_per_output_type="TENSOR",
+        narrow_range=True,
+        signed=True,
+    ),
+    "PerTensorConstScaling2bit": dict(
+        scaling_impl_type="CONST",
+        restrict_scaling_type="FP",
+        scaling_per_output_type="TENSOR",
+        bit_width=2,
+    ),
 }
 
 
@@ -108,6 +149,7 @@ def test_power_of_two_scales_round_the_exponent_up():
 
 
 def test_signed_binary_uses_the_clamped_binary_block():
-    quant = base.SignedBinaryClampedConst.let(scaling_impl=ConstScaling(0.5),
-                                              tensor_clamp_impl=TensorClamp())
+    quant = base.SignedBinaryClampedConst.let(
+        scaling_impl=ConstScaling(0.5), tensor_clamp_impl=TensorClamp()
+    )
     assert type(quant.tensor_quant) is ClampedBinaryQuant

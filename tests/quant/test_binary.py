@@ -2,21 +2,21 @@
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import rand, ref_binary_sign, ref_tensor_clamp
+from torch import nn
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import InplaceTensorClampSte, TensorClamp
 from brevitas_cpp.core.quant import ClampedBinaryQuant
 from brevitas_cpp.core.scaling import ConstScaling
-from brevitas_cpp.quant.solver import QuantizerSolveError
 from brevitas_cpp.quant import SignedBinaryActPerTensorConst, SignedBinaryWeightPerTensorConst
+from brevitas_cpp.quant.solver import QuantizerSolveError
 
 
 def weight_quant(layer, **kwargs):
     return SignedBinaryWeightPerTensorConst.let(
-        module=layer, tracked_parameter_list=[layer.weight], **kwargs).tensor_quant
+        module=layer, tracked_parameter_list=[layer.weight], **kwargs
+    ).tensor_quant
 
 
 def test_binary_weight_blocks_and_values():
@@ -72,6 +72,9 @@ def test_binary_act_values_and_masked_gradient():
 @pytest.mark.parametrize("quant", [SignedBinaryActPerTensorConst, SignedBinaryWeightPerTensorConst])
 def test_unsigned_binary_is_an_error(quant):
     layer = nn.Linear(2, 2)
-    with pytest.raises(QuantizerSolveError, match=rf"{quant.__name__}: quant_type=BINARY is always "
-                                                  r"signed, but the quantizer sets signed=False"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=rf"{quant.__name__}: quant_type=BINARY is always "
+        r"signed, but the quantizer sets signed=False",
+    ):
         quant.let(signed=False, module=layer, tracked_parameter_list=[layer.weight]).tensor_quant

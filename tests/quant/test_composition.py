@@ -3,22 +3,21 @@ declared directly; every ready-made quantizer builds; import paths; injection-ti
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import rand
+from torch import nn
 
 import brevitas_cpp.quant as quant_pkg
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import FloorSte
 from brevitas_cpp.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas_cpp.core.scaling import ConstScaling
-from brevitas_cpp.quant.solver import QuantizerSolveError
 from brevitas_cpp.quant import (
     Int8ActPerTensorFloat,
     Int8WeightPerChannelFloat,
     Int8WeightPerTensorFloat,
 )
 from brevitas_cpp.quant.base import PerTensorPoTScaling8bit
+from brevitas_cpp.quant.solver import QuantizerSolveError
 
 
 class Int4WeightPerChannelFloat(Int8WeightPerChannelFloat):
@@ -41,8 +40,9 @@ def test_inheritance_changes_one_setting():
 
 def test_let_changes_settings_without_a_class():
     w = nn.Parameter(rand((5, 4), seed=1))
-    quant = Int8WeightPerTensorFloat.let(tracked_parameter_list=[w], bit_width=3,
-                                         float_to_int_impl_type="floor")
+    quant = Int8WeightPerTensorFloat.let(
+        tracked_parameter_list=[w], bit_width=3, float_to_int_impl_type="floor"
+    )
     y, scale, _, _ = quant.tensor_quant(w)
     s = w.detach().abs().max() / torch.tensor(3.0)
     assert torch.equal(y, torch.clamp(torch.floor(w.detach() / s), -3.0, 3.0) * s)
@@ -119,8 +119,9 @@ def build(name):
 
 
 # IntBias leaves bit_width to the user (test_scaled_int checks the error).
-@pytest.mark.parametrize("name", sorted(n for n in quant_pkg.__all__
-                                        if not n.startswith("None") and n != "IntBias"))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in quant_pkg.__all__ if not n.startswith("None") and n != "IntBias")
+)
 def test_every_quantizer_builds_runs_and_scripts(name):
     tq, call = build(name)
     y, scale, zero_point, bit_width = call()
@@ -132,33 +133,61 @@ def test_every_quantizer_builds_runs_and_scripts(name):
 
 def test_quantizer_lists_match_brevitas_names():
     expected = {
-        "Int8WeightPerTensorFloat", "Int8WeightPerChannelFloat", "Int8ActPerTensorFloat",
-        "Uint8ActPerTensorFloat", "Int8ActPerTensorFloatMinMaxInit",
+        "Int8WeightPerTensorFloat",
+        "Int8WeightPerChannelFloat",
+        "Int8ActPerTensorFloat",
+        "Uint8ActPerTensorFloat",
+        "Int8ActPerTensorFloatMinMaxInit",
         "Uint8ActPerTensorFloatMaxInit",
-        "IntBias", "Int8Bias", "Int16Bias", "Int24Bias", "Int32Bias",
-        "Int8BiasPerTensorFloatInternalScaling", "TruncTo8bit", "RoundTo8bit",
-        "ShiftedUint8WeightPerTensorFloat", "ShiftedUint8WeightPerChannelFloat",
-        "ShiftedUint8ActPerTensorFloat", "Int8WeightPerTensorFixedPoint",
-        "Int8WeightPerChannelFixedPoint", "Int8ActPerTensorFixedPoint",
-        "Uint8ActPerTensorFixedPoint", "Int8BiasPerTensorFixedPointInternalScaling",
-        "Uint8ActPerTensorFixedPointMaxInit", "SignedBinaryWeightPerTensorConst",
-        "SignedBinaryActPerTensorConst", "SignedTernaryWeightPerTensorConst",
-        "SignedTernaryActPerTensorConst", "NoneWeightQuant", "NoneActQuant", "NoneBiasQuant",
-        "NoneTruncQuant"}
+        "IntBias",
+        "Int8Bias",
+        "Int16Bias",
+        "Int24Bias",
+        "Int32Bias",
+        "Int8BiasPerTensorFloatInternalScaling",
+        "TruncTo8bit",
+        "RoundTo8bit",
+        "ShiftedUint8WeightPerTensorFloat",
+        "ShiftedUint8WeightPerChannelFloat",
+        "ShiftedUint8ActPerTensorFloat",
+        "Int8WeightPerTensorFixedPoint",
+        "Int8WeightPerChannelFixedPoint",
+        "Int8ActPerTensorFixedPoint",
+        "Uint8ActPerTensorFixedPoint",
+        "Int8BiasPerTensorFixedPointInternalScaling",
+        "Uint8ActPerTensorFixedPointMaxInit",
+        "SignedBinaryWeightPerTensorConst",
+        "SignedBinaryActPerTensorConst",
+        "SignedTernaryWeightPerTensorConst",
+        "SignedTernaryActPerTensorConst",
+        "NoneWeightQuant",
+        "NoneActQuant",
+        "NoneBiasQuant",
+        "NoneTruncQuant",
+    }
     assert set(quant_pkg.__all__) == expected
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(bit_width=0), r"Int8WeightPerTensorFloat: bit_width must be an int >= 1, got 0"),
-    (dict(bit_width=7.5), r"Int8WeightPerTensorFloat: bit_width must be an int >= 1, got 7.5"),
-    (dict(restrict_scaling_type="log2"),
-     r"Int8WeightPerTensorFloat: restrict_scaling_type='log2' is not a valid RestrictValueType; "
-     r"accepted \(case-insensitive\): FP, LOG_FP, INT, POWER_OF_TWO"),
-    (dict(scaling_stats_op="mean"),
-     r"Int8WeightPerTensorFloat: scaling_stats_op='mean' is not a valid StatsOp"),
-    (dict(scaling_impl_type="learned"),
-     r"Int8WeightPerTensorFloat: scaling_impl_type='learned' is not a valid ScalingImplType"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(bit_width=0), r"Int8WeightPerTensorFloat: bit_width must be an int >= 1, got 0"),
+        (dict(bit_width=7.5), r"Int8WeightPerTensorFloat: bit_width must be an int >= 1, got 7.5"),
+        (
+            dict(restrict_scaling_type="log2"),
+            r"Int8WeightPerTensorFloat: restrict_scaling_type='log2' is not a valid RestrictValueType; "
+            r"accepted \(case-insensitive\): FP, LOG_FP, INT, POWER_OF_TWO",
+        ),
+        (
+            dict(scaling_stats_op="mean"),
+            r"Int8WeightPerTensorFloat: scaling_stats_op='mean' is not a valid StatsOp",
+        ),
+        (
+            dict(scaling_impl_type="learned"),
+            r"Int8WeightPerTensorFloat: scaling_impl_type='learned' is not a valid ScalingImplType",
+        ),
+    ],
+)
 def test_injection_time_errors_name_quantizer_and_attribute(kwargs, message):
     w = nn.Parameter(rand((3, 4), seed=5))
     with pytest.raises(QuantizerSolveError, match=message):
@@ -167,6 +196,9 @@ def test_injection_time_errors_name_quantizer_and_attribute(kwargs, message):
 
 def test_per_channel_weights_without_the_layer():
     w = nn.Parameter(rand((3, 4), seed=6))
-    with pytest.raises(QuantizerSolveError, match=r"Int8WeightPerChannelFloat: .* no `module` "
-                                                  r"was given"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"Int8WeightPerChannelFloat: .* no `module` "
+        r"was given",
+    ):
         Int8WeightPerChannelFloat.let(tracked_parameter_list=[w]).tensor_quant

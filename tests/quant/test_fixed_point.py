@@ -5,9 +5,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import rand, ref_int_quant
+from torch import nn
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import CeilSte
@@ -51,8 +50,9 @@ def test_fixed_point_weight_per_tensor_blocks_and_numbers():
 def test_fixed_point_weight_per_channel():
     torch.manual_seed(1)
     layer = nn.Linear(6, 5)
-    tq = Int8WeightPerChannelFixedPoint.let(module=layer,
-                                            tracked_parameter_list=[layer.weight]).tensor_quant
+    tq = Int8WeightPerChannelFixedPoint.let(
+        module=layer, tracked_parameter_list=[layer.weight]
+    ).tensor_quant
     w = layer.weight.detach()
     s = pot(w.abs().amax(dim=1, keepdim=True), 128.0)
     y, scale, _, _ = tq(layer.weight)
@@ -60,14 +60,18 @@ def test_fixed_point_weight_per_channel():
     assert torch.equal(y, torch.clamp(torch.round(w / s), -127.0, 127.0) * s)
 
 
-@pytest.mark.parametrize("quant, threshold, lo, hi", [
-    (Int8ActPerTensorFixedPoint, 128.0, -128.0, 127.0),
-    (Uint8ActPerTensorFixedPoint, 256.0, 0.0, 255.0)])
+@pytest.mark.parametrize(
+    "quant, threshold, lo, hi",
+    [
+        (Int8ActPerTensorFixedPoint, 128.0, -128.0, 127.0),
+        (Uint8ActPerTensorFixedPoint, 256.0, 0.0, 255.0),
+    ],
+)
 def test_fixed_point_act_scale_is_a_power_of_two_once_learned(quant, threshold, lo, hi):
     tq = quant.let(high_percentile_q=90.0, collect_stats_steps=1).tensor_quant
     tq.train()
     x = rand((10, 20), seed=2) * 3
-    k = int(math.floor(.01 * 90.0 * x.numel() + 0.5))
+    k = int(math.floor(0.01 * 90.0 * x.numel() + 0.5))
     stat = torch.kthvalue(x.abs().reshape(-1), k).values
     # While statistics are collected the scale is the raw statistic (as in Brevitas) ...
     s = stat / torch.tensor(threshold)
@@ -93,7 +97,7 @@ def test_fixed_point_act_learned_exponent_from_max_val():
     y.backward(g)
     v = torch.log2(torch.tensor(3.0)).requires_grad_()
     v_ceil = v + (torch.ceil(v) - v).detach()
-    s = TWO ** v_ceil / torch.tensor(256.0)
+    s = TWO**v_ceil / torch.tensor(256.0)
     ref = ref_int_quant(x, s, ZERO, torch.tensor(8.0), False, False)
     assert torch.equal(y.detach(), ref.detach())
     ref.backward(g)
@@ -104,7 +108,8 @@ def test_fixed_point_bias_with_its_own_scale():
     torch.manual_seed(5)
     layer = nn.Linear(3, 6)
     tq = Int8BiasPerTensorFixedPointInternalScaling.let(
-        module=layer, tracked_parameter_list=[layer.bias]).tensor_quant
+        module=layer, tracked_parameter_list=[layer.bias]
+    ).tensor_quant
     b = layer.bias.detach()
     s = pot(b.abs().max(), 128.0)
     y, scale, _, _ = tq(layer.bias)

@@ -2,18 +2,24 @@
 
 import pytest
 
+from brevitas_cpp.quant import NoneActQuant, NoneBiasQuant, NoneTruncQuant, NoneWeightQuant
 from brevitas_cpp.quant.solver import (
     ActQuantSolver,
     BiasQuantSolver,
     TruncQuantSolver,
     WeightQuantSolver,
 )
-from brevitas_cpp.quant import NoneActQuant, NoneBiasQuant, NoneTruncQuant, NoneWeightQuant
 
 
-@pytest.mark.parametrize("quant, solver", [
-    (NoneWeightQuant, WeightQuantSolver), (NoneActQuant, ActQuantSolver),
-    (NoneBiasQuant, BiasQuantSolver), (NoneTruncQuant, TruncQuantSolver)])
+@pytest.mark.parametrize(
+    "quant, solver",
+    [
+        (NoneWeightQuant, WeightQuantSolver),
+        (NoneActQuant, ActQuantSolver),
+        (NoneBiasQuant, BiasQuantSolver),
+        (NoneTruncQuant, TruncQuantSolver),
+    ],
+)
 def test_none_quantizers_have_no_tensor_quant(quant, solver):
     assert issubclass(quant, solver)
     assert quant.quant_type == "fp"

@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import rand, ref_int_quant
+from torch import nn
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import FloorSte, RoundSte, TensorClamp, TensorClampSte
@@ -55,7 +54,7 @@ def assert_scripted(block):
 
 def percentile_k(q: float, numel: int) -> int:
     # Brevitas's 1-indexed rank of the q-th percentile, rounded half up.
-    return int(math.floor(.01 * q * numel + 0.5))
+    return int(math.floor(0.01 * q * numel + 0.5))
 
 
 # ---- weights ------------------------------------------------------------------------------------
@@ -93,9 +92,14 @@ def test_int8_weight_per_tensor_float_gradient_reaches_the_weight_through_scale_
     torch.testing.assert_close(layer.weight.grad, w.grad, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("layer, reduce_dims", [
-    (nn.Conv2d(3, 4, 3), (1, 2, 3)), (nn.Linear(6, 5), (1,)),
-    (nn.ConvTranspose2d(4, 6, 3), (0, 2, 3))])
+@pytest.mark.parametrize(
+    "layer, reduce_dims",
+    [
+        (nn.Conv2d(3, 4, 3), (1, 2, 3)),
+        (nn.Linear(6, 5), (1,)),
+        (nn.ConvTranspose2d(4, 6, 3), (0, 2, 3)),
+    ],
+)
 def test_int8_weight_per_channel_float_numbers(layer, reduce_dims):
     tq = weight_quant(Int8WeightPerChannelFloat, layer)
     w = layer.weight.detach()
@@ -125,9 +129,13 @@ def test_weight_quantizer_is_the_same_in_train_and_eval():
 # ---- activations --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("quant, signed, threshold, lo, hi", [
-    (Int8ActPerTensorFloat, True, 128.0, -128.0, 127.0),
-    (Uint8ActPerTensorFloat, False, 255.0, 0.0, 255.0)])
+@pytest.mark.parametrize(
+    "quant, signed, threshold, lo, hi",
+    [
+        (Int8ActPerTensorFloat, True, 128.0, -128.0, 127.0),
+        (Uint8ActPerTensorFloat, False, 255.0, 0.0, 255.0),
+    ],
+)
 def test_act_first_training_step_uses_the_batch_percentile(quant, signed, threshold, lo, hi):
     tq = quant.tensor_quant
     assert type(tq) is RescalingIntQuant
@@ -188,9 +196,20 @@ def test_act_state_dict_round_trip_after_calibration():
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("quant, kwargs, init, threshold, lo, hi", [
-    (Int8ActPerTensorFloatMinMaxInit, dict(min_val=-1.5, max_val=0.5), 1.5, 128.0, -128.0, 127.0),
-    (Uint8ActPerTensorFloatMaxInit, dict(max_val=3.0), 3.0, 255.0, 0.0, 255.0)])
+@pytest.mark.parametrize(
+    "quant, kwargs, init, threshold, lo, hi",
+    [
+        (
+            Int8ActPerTensorFloatMinMaxInit,
+            dict(min_val=-1.5, max_val=0.5),
+            1.5,
+            128.0,
+            -128.0,
+            127.0,
+        ),
+        (Uint8ActPerTensorFloatMaxInit, dict(max_val=3.0), 3.0, 255.0, 0.0, 255.0),
+    ],
+)
 def test_act_scale_learned_from_the_declared_range(quant, kwargs, init, threshold, lo, hi):
     tq = quant.let(**kwargs).tensor_quant
     assert type(tq.scaling_impl) is ParameterScaling
@@ -217,8 +236,9 @@ def test_act_scale_learned_from_the_declared_range(quant, kwargs, init, threshol
 # ---- biases -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("quant, bits", [(Int8Bias, 8), (Int16Bias, 16), (Int24Bias, 24),
-                                         (Int32Bias, 32)])
+@pytest.mark.parametrize(
+    "quant, bits", [(Int8Bias, 8), (Int16Bias, 16), (Int24Bias, 24), (Int32Bias, 32)]
+)
 def test_bias_with_the_accumulator_scale(quant, bits):
     layer = nn.Linear(4, 6)
     tq = quant.let(module=layer, tracked_parameter_list=[layer.bias]).tensor_quant
@@ -242,7 +262,8 @@ def test_int_bias_needs_a_bit_width():
 def test_bias_with_its_own_scale():
     layer = nn.Linear(4, 6)
     tq = Int8BiasPerTensorFloatInternalScaling.let(
-        module=layer, tracked_parameter_list=[layer.bias]).tensor_quant
+        module=layer, tracked_parameter_list=[layer.bias]
+    ).tensor_quant
     assert type(tq) is RescalingIntQuant
     b = layer.bias.detach()
     s = b.abs().max() / torch.tensor(128.0)
@@ -254,8 +275,10 @@ def test_bias_with_its_own_scale():
 # ---- truncation ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("quant, rounding, rounding_block", [
-    (TruncTo8bit, torch.floor, FloorSte), (RoundTo8bit, torch.round, RoundSte)])
+@pytest.mark.parametrize(
+    "quant, rounding, rounding_block",
+    [(TruncTo8bit, torch.floor, FloorSte), (RoundTo8bit, torch.round, RoundSte)],
+)
 @pytest.mark.parametrize("signed", [True, False])
 def test_truncation_to_8_bits_keeps_the_msbs(quant, rounding, rounding_block, signed):
     tq = quant.tensor_quant
@@ -263,8 +286,8 @@ def test_truncation_to_8_bits_keeps_the_msbs(quant, rounding, rounding_block, si
     assert type(tq.float_to_int_impl) is rounding_block
     assert_scripted(tq)
     g = torch.Generator().manual_seed(13)
-    lo_in = -(2 ** 15) if signed else 0
-    k = torch.randint(lo_in, 2 ** 15, (50,), generator=g).float()
+    lo_in = -(2**15) if signed else 0
+    k = torch.randint(lo_in, 2**15, (50,), generator=g).float()
     scale = torch.tensor(0.5)
     y, out_scale, out_zp, out_bw = tq(k * scale, scale, ZERO, torch.tensor(16.0), signed)
     trunc = torch.tensor(256.0)  # 2 ** (16 - 8)

@@ -4,9 +4,8 @@ negative part, per tensor and per channel; the activation one learns both."""
 import math
 
 import torch
-from torch import nn
-
 from helpers import rand, ref_int_quant
+from torch import nn
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.quant import RescalingIntQuant
@@ -68,8 +67,8 @@ def test_shifted_act_first_step_then_learned_scale_and_zero_point():
     tq.train()
     x = rand((20, 50), seed=3) + 0.5
     n = x.numel()
-    low_k = int(math.ceil(.01 * 0.001 * n))
-    high_k = int(math.floor(.01 * 99.999 * n + 0.5))
+    low_k = int(math.ceil(0.01 * 0.001 * n))
+    high_k = int(math.floor(0.01 * 99.999 * n + 0.5))
     flat = x.reshape(-1)
     lo, hi = torch.kthvalue(flat, low_k).values, torch.kthvalue(flat, high_k).values
     s, z, y_int = shifted_reference(x, lo, hi)

@@ -2,16 +2,15 @@
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import rand, ref_int_quant
+from torch import nn
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import InplaceTensorClampSte, TensorClamp
 from brevitas_cpp.core.quant import RescalingIntQuant
 from brevitas_cpp.core.scaling import ConstScaling
-from brevitas_cpp.quant.solver import QuantizerSolveError
 from brevitas_cpp.quant import SignedTernaryActPerTensorConst, SignedTernaryWeightPerTensorConst
+from brevitas_cpp.quant.solver import QuantizerSolveError
 
 ZERO = torch.tensor(0.0)
 BW = torch.tensor(2.0)
@@ -19,7 +18,8 @@ BW = torch.tensor(2.0)
 
 def weight_quant(layer, **kwargs):
     return SignedTernaryWeightPerTensorConst.let(
-        module=layer, tracked_parameter_list=[layer.weight], **kwargs).tensor_quant
+        module=layer, tracked_parameter_list=[layer.weight], **kwargs
+    ).tensor_quant
 
 
 def test_ternary_weight_blocks_and_values():
@@ -62,8 +62,9 @@ def test_ternary_act_values_and_gradient():
     assert torch.equal(x.grad, xr.grad)
 
 
-@pytest.mark.parametrize("quant",
-                         [SignedTernaryActPerTensorConst, SignedTernaryWeightPerTensorConst])
+@pytest.mark.parametrize(
+    "quant", [SignedTernaryActPerTensorConst, SignedTernaryWeightPerTensorConst]
+)
 def test_unsigned_ternary_is_an_error(quant):
     layer = nn.Linear(2, 2)
     message = rf"{quant.__name__}: quant_type=TERNARY is always signed, but the quantizer sets"

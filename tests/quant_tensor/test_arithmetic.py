@@ -7,15 +7,23 @@ import torch
 from brevitas_cpp.quant_tensor import IntQuantTensor
 
 
-def make(ints, scale=0.25, zero_point=0.0, bit_width=8.0, signed=True, training=False,
-         dtype=torch.float32):
+def make(
+    ints,
+    scale=0.25,
+    zero_point=0.0,
+    bit_width=8.0,
+    signed=True,
+    training=False,
+    dtype=torch.float32,
+):
     """An IntQuantTensor whose value is (ints - zero_point) * scale."""
     ints = torch.as_tensor(ints, dtype=torch.float64)
     scale_t = torch.as_tensor(scale, dtype=torch.float64)
     zp_t = torch.as_tensor(zero_point, dtype=torch.float64)
     value = ((ints - zp_t) * scale_t).to(dtype)
-    return IntQuantTensor(value, scale_t.to(dtype), zp_t.to(dtype), torch.tensor(float(bit_width)),
-                          signed, training)
+    return IntQuantTensor(
+        value, scale_t.to(dtype), zp_t.to(dtype), torch.tensor(float(bit_width)), signed, training
+    )
 
 
 def bits(t):
@@ -25,17 +33,20 @@ def bits(t):
 # ---- + of two IntQuantTensors ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("a_bits, a_signed, b_bits, b_signed, expected", [
-    # ceil(log2((max_a + max_b) - (min_a + min_b)))
-    (8, True, 8, True, 9),  # (127 + 127) - (-128 - 128) = 510
-    (8, False, 8, False, 9),  # 510 - 0
-    (8, True, 4, False, 9),  # (127 + 15) - (-128) = 270
-    (4, True, 4, True, 5),  # (7 + 7) - (-16) = 30
-    (2, False, 2, False, 3),  # 6
-    (8, True, 16, True, 17),  # (127 + 32767) - (-128 - 32768) = 65790
-    # the log2 of the span, not of the number of levels (Brevitas's rule): 2 - 0 -> 1 bit
-    (1, False, 1, False, 1),
-])
+@pytest.mark.parametrize(
+    "a_bits, a_signed, b_bits, b_signed, expected",
+    [
+        # ceil(log2((max_a + max_b) - (min_a + min_b)))
+        (8, True, 8, True, 9),  # (127 + 127) - (-128 - 128) = 510
+        (8, False, 8, False, 9),  # 510 - 0
+        (8, True, 4, False, 9),  # (127 + 15) - (-128) = 270
+        (4, True, 4, True, 5),  # (7 + 7) - (-16) = 30
+        (2, False, 2, False, 3),  # 6
+        (8, True, 16, True, 17),  # (127 + 32767) - (-128 - 32768) = 65790
+        # the log2 of the span, not of the number of levels (Brevitas's rule): 2 - 0 -> 1 bit
+        (1, False, 1, False, 1),
+    ],
+)
 def test_add_bit_width(a_bits, a_signed, b_bits, b_signed, expected):
     a = make([1.0, 0.0], bit_width=a_bits, signed=a_signed)
     b = make([1.0, 1.0], bit_width=b_bits, signed=b_signed)
@@ -78,7 +89,9 @@ def test_add_in_training_averages_the_scales():
 def test_add_in_eval_requires_equal_scales():
     a = make([1.0], scale=0.5)
     b = make([1.0], scale=0.25, training=True)  # the left operand's mode decides, as Brevitas
-    with pytest.raises(RuntimeError, match=r"scaling factors are different in eval mode: 0.5 vs 0.25"):
+    with pytest.raises(
+        RuntimeError, match=r"scaling factors are different in eval mode: 0.5 vs 0.25"
+    ):
         a + b
     with pytest.raises(RuntimeError, match=r"scaling factors are different in eval mode"):
         a - b
@@ -99,7 +112,7 @@ def test_add_learned_bit_width_gradient():
     out.bit_width.backward()
     # the ceil is straight-through: the gradient of log2((2^(a-1) - 1 + 2^b - 1) + 2^(a-1))
     ra, rb = ba.detach().clone().requires_grad_(), bb.detach().clone().requires_grad_()
-    torch.log2((2 ** (ra - 1) - 1 + 2 ** rb - 1) - (-(2 ** (ra - 1)) + 0 * rb)).backward()
+    torch.log2((2 ** (ra - 1) - 1 + 2**rb - 1) - (-(2 ** (ra - 1)) + 0 * rb)).backward()
     torch.testing.assert_close(ba.grad, ra.grad)
     torch.testing.assert_close(bb.grad, rb.grad)
 
@@ -108,8 +121,9 @@ def test_add_value_and_scale_gradients():
     va = torch.tensor([0.5, 1.0], requires_grad=True)
     sa = torch.tensor(0.5, requires_grad=True)
     sb = torch.tensor(0.25, requires_grad=True)
-    out = IntQuantTensor(va, sa, 0.0, 8.0, True, True) + IntQuantTensor(torch.tensor([0.25, 0.5]), sb,
-                                                                        0.0, 8.0, True, True)
+    out = IntQuantTensor(va, sa, 0.0, 8.0, True, True) + IntQuantTensor(
+        torch.tensor([0.25, 0.5]), sb, 0.0, 8.0, True, True
+    )
     (out.value.sum() + 3 * out.scale).backward()
     assert torch.equal(va.grad, torch.ones(2))
     assert torch.equal(sa.grad, torch.tensor(1.5)) and torch.equal(sb.grad, torch.tensor(1.5))
@@ -141,7 +155,9 @@ def test_add_number_both_sides():
 def test_sub_number():
     out = make([4.0], scale=0.5) - 1.0
     assert isinstance(out, IntQuantTensor)
-    assert torch.equal(out.value, torch.tensor([1.0])) and torch.equal(out.zero_point, torch.tensor(2.0))
+    assert torch.equal(out.value, torch.tensor([1.0])) and torch.equal(
+        out.zero_point, torch.tensor(2.0)
+    )
 
 
 def test_tensor_plus_quant_tensor_is_a_plain_tensor():
@@ -235,14 +251,18 @@ def test_mul_of_two_quant_tensors():
 def test_mul_scale_gradients():
     sa = torch.tensor(0.5, requires_grad=True)
     sb = torch.tensor(0.25, requires_grad=True)
-    out = IntQuantTensor(torch.tensor([1.0]), sa, 0.0, 8.0, True, True) * \
-        IntQuantTensor(torch.tensor([0.5]), sb, 0.0, 8.0, True, True)
+    out = IntQuantTensor(torch.tensor([1.0]), sa, 0.0, 8.0, True, True) * IntQuantTensor(
+        torch.tensor([0.5]), sb, 0.0, 8.0, True, True
+    )
     out.scale.backward()
     assert torch.equal(sa.grad, torch.tensor(0.25)) and torch.equal(sb.grad, torch.tensor(0.5))
 
 
 def test_mul_needs_zero_zero_points():
-    with pytest.raises(RuntimeError, match=r"IntQuantTensor mul: zero points of the operands must be zero, got 0.0 and 3.0"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"IntQuantTensor mul: zero points of the operands must be zero, got 0.0 and 3.0",
+    ):
         make([1.0]) * make([4.0], zero_point=3.0, signed=False)
 
 
@@ -276,13 +296,22 @@ def test_truediv_by_number_is_plain():
 # ---- devices -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op, name", [
-    (lambda a, b: a + b, "__add__"), (lambda a, b: a * b, "__mul__"),
-    (lambda a, b: a / b, "__truediv__")])
+@pytest.mark.parametrize(
+    "op, name",
+    [
+        (lambda a, b: a + b, "__add__"),
+        (lambda a, b: a * b, "__mul__"),
+        (lambda a, b: a / b, "__truediv__"),
+    ],
+)
 def test_device_mismatch(op, name):
     a = make([1.0, 2.0])
     b = a.to("meta")
-    with pytest.raises(RuntimeError, match=rf"IntQuantTensor.{name}: left is on cpu but right is on meta"):
+    with pytest.raises(
+        RuntimeError, match=rf"IntQuantTensor.{name}: left is on cpu but right is on meta"
+    ):
         op(a, b)
-    with pytest.raises(RuntimeError, match=rf"IntQuantTensor.{name}: left is on meta but right is on cpu"):
+    with pytest.raises(
+        RuntimeError, match=rf"IntQuantTensor.{name}: left is on meta but right is on cpu"
+    ):
         op(b, a)

@@ -12,8 +12,9 @@ from brevitas_cpp.quant_tensor import IntQuantTensor
 
 def quant(ints, scale, bit_width=8.0, signed=True):
     ints = torch.as_tensor(ints, dtype=torch.float32)
-    return IntQuantTensor(ints * scale, torch.tensor(scale), torch.tensor(0.0), torch.tensor(bit_width),
-                          signed, False)
+    return IntQuantTensor(
+        ints * scale, torch.tensor(scale), torch.tensor(0.0), torch.tensor(bit_width), signed, False
+    )
 
 
 X = quant(torch.arange(-12.0, 12.0).view(4, 6), 0.125)
@@ -44,16 +45,24 @@ def plain_fallback(qt):
 # 2.11.0 on Python 3.12.1 and 3.12.3; torch 2.14.1 on 3.12 and every torch on 3.11 pass. Not
 # strict: the releases between were not tried.
 _DYNAMO_TYPE_DICT_BUG = pytest.mark.xfail(
-    sys.version_info >= (3, 12) and tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14),
-    reason="torch 2.11 Dynamo guard bug on CPython 3.12 (TypeDictGuardAccessor)", strict=False)
+    sys.version_info >= (3, 12)
+    and tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14),
+    reason="torch 2.11 Dynamo guard bug on CPython 3.12 (TypeDictGuardAccessor)",
+    strict=False,
+)
 
 
 # Dynamo is what traces through QuantTensor; the "eager" backend runs its graphs without
 # inductor's code generation (seconds per graph), so the suite stays fast.
-@pytest.mark.parametrize("fn, arg", [pytest.param(pipeline, X, marks=_DYNAMO_TYPE_DICT_BUG),
-                                     pytest.param(build_inside, X.value, marks=_DYNAMO_TYPE_DICT_BUG),
-                                     (plain_fallback, X)],
-                         ids=["pipeline", "build_inside", "plain_fallback"])
+@pytest.mark.parametrize(
+    "fn, arg",
+    [
+        pytest.param(pipeline, X, marks=_DYNAMO_TYPE_DICT_BUG),
+        pytest.param(build_inside, X.value, marks=_DYNAMO_TYPE_DICT_BUG),
+        (plain_fallback, X),
+    ],
+    ids=["pipeline", "build_inside", "plain_fallback"],
+)
 def test_compiled_matches_eager(fn, arg, backend="eager"):
     torch._dynamo.reset()
     expected = fn(arg)

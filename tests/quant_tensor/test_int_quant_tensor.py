@@ -8,15 +8,23 @@ from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant
 FIELDS = ("value", "scale", "zero_point", "bit_width", "signed_t", "training_t")
 
 
-def make(ints, scale=0.25, zero_point=0.0, bit_width=8.0, signed=True, training=False,
-         dtype=torch.float32):
+def make(
+    ints,
+    scale=0.25,
+    zero_point=0.0,
+    bit_width=8.0,
+    signed=True,
+    training=False,
+    dtype=torch.float32,
+):
     """An IntQuantTensor whose value is (ints - zero_point) * scale."""
     ints = torch.as_tensor(ints, dtype=torch.float64)
     scale_t = torch.as_tensor(scale, dtype=torch.float64)
     zp_t = torch.as_tensor(zero_point, dtype=torch.float64)
     value = ((ints - zp_t) * scale_t).to(dtype)
-    return IntQuantTensor(value, scale_t.to(dtype), zp_t.to(dtype), torch.tensor(float(bit_width)),
-                          signed, training)
+    return IntQuantTensor(
+        value, scale_t.to(dtype), zp_t.to(dtype), torch.tensor(float(bit_width)), signed, training
+    )
 
 
 # ---- construction --------------------------------------------------------------------------------
@@ -49,23 +57,40 @@ def test_tensor_metadata_is_kept_as_given():
 
 
 def test_keyword_construction():
-    qt = IntQuantTensor(value=torch.ones(2), scale=1.0, zero_point=0.0, bit_width=2.0, signed=False,
-                        training=True)
+    qt = IntQuantTensor(
+        value=torch.ones(2), scale=1.0, zero_point=0.0, bit_width=2.0, signed=False, training=True
+    )
     assert qt.signed is False and qt.training is True
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(value=[1.0, 2.0]), r"IntQuantTensor: value must be a Tensor, got list"),
-    (dict(scale="0.1"), r"IntQuantTensor: scale must be a Tensor or a real number, got str"),
-    (dict(zero_point=None), r"IntQuantTensor: zero_point must be a Tensor or a real number, got NoneType"),
-    (dict(bit_width=[8]), r"IntQuantTensor: bit_width must be a Tensor or a real number, got list"),
-    (dict(signed=None), r"IntQuantTensor: signed must be a bool or a bool Tensor, got NoneType"),
-    (dict(training="yes"), r"IntQuantTensor: training must be a bool or a bool Tensor, got str"),
-    (dict(signed=2), r"IntQuantTensor: signed must be a bool or a bool Tensor, got int \(2\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(value=[1.0, 2.0]), r"IntQuantTensor: value must be a Tensor, got list"),
+        (dict(scale="0.1"), r"IntQuantTensor: scale must be a Tensor or a real number, got str"),
+        (
+            dict(zero_point=None),
+            r"IntQuantTensor: zero_point must be a Tensor or a real number, got NoneType",
+        ),
+        (
+            dict(bit_width=[8]),
+            r"IntQuantTensor: bit_width must be a Tensor or a real number, got list",
+        ),
+        (
+            dict(signed=None),
+            r"IntQuantTensor: signed must be a bool or a bool Tensor, got NoneType",
+        ),
+        (
+            dict(training="yes"),
+            r"IntQuantTensor: training must be a bool or a bool Tensor, got str",
+        ),
+        (dict(signed=2), r"IntQuantTensor: signed must be a bool or a bool Tensor, got int \(2\)"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
-    args = dict(value=torch.zeros(2), scale=1.0, zero_point=0.0, bit_width=8.0, signed=True,
-                training=False)
+    args = dict(
+        value=torch.zeros(2), scale=1.0, zero_point=0.0, bit_width=8.0, signed=True, training=False
+    )
     args.update(kwargs)
     with pytest.raises(TypeError, match=match):
         IntQuantTensor(**args)
@@ -191,10 +216,18 @@ def test_device_mismatch_between_value_and_metadata(field):
 
 def test_view_reshape_flatten_keep_metadata():
     qt = make(torch.arange(-6.0, 6.0).view(2, 3, 2))
-    for out, ref in [(qt.view(6, 2), qt.value.view(6, 2)), (qt.reshape(-1), qt.value.reshape(-1)),
-                     (qt.flatten(1), qt.value.flatten(1)), (qt.flatten(), qt.value.flatten())]:
+    for out, ref in [
+        (qt.view(6, 2), qt.value.view(6, 2)),
+        (qt.reshape(-1), qt.value.reshape(-1)),
+        (qt.flatten(1), qt.value.flatten(1)),
+        (qt.flatten(), qt.value.flatten()),
+    ]:
         assert isinstance(out, IntQuantTensor) and torch.equal(out.value, ref)
-        assert out.scale is qt.scale and out.zero_point is qt.zero_point and out.bit_width is qt.bit_width
+        assert (
+            out.scale is qt.scale
+            and out.zero_point is qt.zero_point
+            and out.bit_width is qt.bit_width
+        )
 
 
 def test_transpose_and_permute_move_per_channel_metadata():
@@ -250,10 +283,18 @@ def test_is_valid_rejects_integer_values():
 # ---- int() -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bit_width, signed, expected", [
-    (8.0, True, torch.int8), (4.0, True, torch.int8), (8.0, False, torch.uint8),
-    (2.0, False, torch.uint8), (9.0, True, torch.int32), (16.0, False, torch.int32),
-    (32.0, True, torch.int32)])
+@pytest.mark.parametrize(
+    "bit_width, signed, expected",
+    [
+        (8.0, True, torch.int8),
+        (4.0, True, torch.int8),
+        (8.0, False, torch.uint8),
+        (2.0, False, torch.uint8),
+        (9.0, True, torch.int32),
+        (16.0, False, torch.int32),
+        (32.0, True, torch.int32),
+    ],
+)
 def test_int_dtypes(bit_width, signed, expected):
     ints = [0.0, 1.0, 2.0] if not signed else [-2.0, 0.0, 1.0]
     out = make(ints, bit_width=bit_width, signed=signed).int()
@@ -267,14 +308,18 @@ def test_int_float_datatype(dtype):
     out8 = make(ints, scale=0.03125, dtype=dtype).int(float_datatype=True)
     assert out8.dtype == dtype and torch.equal(out8, torch.tensor(ints, dtype=dtype))
     # above 8 bits half precision would not be exact: float32
-    out16 = make([-30720.0, 3.0], scale=2.0 ** -10, bit_width=16.0, dtype=dtype).int(float_datatype=True)
+    out16 = make([-30720.0, 3.0], scale=2.0**-10, bit_width=16.0, dtype=dtype).int(
+        float_datatype=True
+    )
     assert out16.dtype == torch.float32 and torch.equal(out16, torch.tensor([-30720.0, 3.0]))
 
 
 def test_int_with_zero_point_and_per_channel_scale():
     scale = torch.tensor([[0.5], [0.1]])
     ints = torch.tensor([[0.0, 10.0, 255.0], [3.0, 7.0, 128.0]])
-    qt = IntQuantTensor((ints - 3.0) * scale, scale, torch.tensor(3.0), torch.tensor(8.0), False, False)
+    qt = IntQuantTensor(
+        (ints - 3.0) * scale, scale, torch.tensor(3.0), torch.tensor(8.0), False, False
+    )
     assert torch.equal(qt.int(), ints.to(torch.uint8))
 
 
@@ -293,7 +338,10 @@ def test_int_of_invalid_tensor_raises():
 
 
 def test_set_unknown_field():
-    with pytest.raises(ValueError, match=r"IntQuantTensor.set: unknown field\(s\) \['signed'\]; accepted: \['value'"):
+    with pytest.raises(
+        ValueError,
+        match=r"IntQuantTensor.set: unknown field\(s\) \['signed'\]; accepted: \['value'",
+    ):
         make([1.0]).set(signed=False)
 
 
@@ -303,4 +351,6 @@ def test_check_input_type_and_zero_zero_point():
     with pytest.raises(RuntimeError, match=r"Tensor is not a IntQuantTensor, got Tensor"):
         IntQuantTensor.check_input_type(qt.value)
     assert bool(QuantTensor.is_zero_zero_point(qt))
-    assert not bool(QuantTensor.is_zero_zero_point(make([1.0], zero_point=torch.tensor([0.0, 2.0]))))
+    assert not bool(
+        QuantTensor.is_zero_zero_point(make([1.0], zero_point=torch.tensor([0.0, 2.0])))
+    )

@@ -12,8 +12,9 @@ def make(ints, scale=0.25, zero_point=0.0, bit_width=8.0, signed=True, training=
     ints = torch.as_tensor(ints, dtype=torch.float32)
     scale = torch.as_tensor(scale, dtype=torch.float32)
     zero_point = torch.as_tensor(zero_point, dtype=torch.float32)
-    return IntQuantTensor((ints - zero_point) * scale, scale, zero_point, torch.tensor(bit_width),
-                          signed, training)
+    return IntQuantTensor(
+        (ints - zero_point) * scale, scale, zero_point, torch.tensor(bit_width), signed, training
+    )
 
 
 def grid(*shape, seed=0):
@@ -51,11 +52,19 @@ INVARIANT = {
     "pixel_unshuffle": (F.pixel_unshuffle, (2,), {}),
     "interpolate_nearest": (F.interpolate, (), {"scale_factor": 2}),
     "interpolate_nearest_size": (F.interpolate, (), {"size": (6, 10), "mode": "nearest"}),
-    "interpolate_nearest_exact": (F.interpolate, (), {"scale_factor": 1.5, "mode": "nearest-exact"}),
+    "interpolate_nearest_exact": (
+        F.interpolate,
+        (),
+        {"scale_factor": 1.5, "mode": "nearest-exact"},
+    ),
 }
 # input shapes the functions accept
-SHAPES = {"max_pool1d": (2, 4, 6), "adaptive_max_pool1d": (2, 4, 6), "max_pool3d": (1, 4, 4, 4, 4),
-          "adaptive_max_pool3d": (1, 4, 4, 4, 4)}
+SHAPES = {
+    "max_pool1d": (2, 4, 6),
+    "adaptive_max_pool1d": (2, 4, 6),
+    "max_pool3d": (1, 4, 4, 4, 4),
+    "adaptive_max_pool3d": (1, 4, 4, 4, 4),
+}
 
 
 @pytest.mark.parametrize("name", list(INVARIANT))
@@ -144,11 +153,18 @@ def test_plain_fallback_keeps_gradients():
 
 def test_cat_eval_same_grid():
     a, b = make(grid(2, 3), scale=0.5), make(grid(1, 3, seed=1), scale=0.5)
-    for out in (torch.cat([a, b]), torch.cat([a, b], 0), torch.cat((a, b), dim=0),
-                torch.cat(tensors=[a, b], dim=0), IntQuantTensor.cat([a, b], 0)):
+    for out in (
+        torch.cat([a, b]),
+        torch.cat([a, b], 0),
+        torch.cat((a, b), dim=0),
+        torch.cat(tensors=[a, b], dim=0),
+        IntQuantTensor.cat([a, b], 0),
+    ):
         assert isinstance(out, IntQuantTensor)
         assert torch.equal(out.value, torch.cat([a.value, b.value]))
-        assert out.scale is a.scale and out.zero_point is a.zero_point and out.bit_width is a.bit_width
+        assert (
+            out.scale is a.scale and out.zero_point is a.zero_point and out.bit_width is a.bit_width
+        )
         assert out.signed is True and out.training is False
     out = torch.cat([a, b.transpose(0, 1).transpose(0, 1), a], dim=0)
     assert out.shape == (5, 3)
@@ -166,12 +182,15 @@ def test_cat_training_averages_the_metadata():
     assert torch.equal(out.value, torch.cat([a.value, b.value, c.value], dim=1))
 
 
-@pytest.mark.parametrize("other, match", [
-    (dict(scale=0.25), r"scaling factors are different in eval mode: 0.5 vs 0.25"),
-    (dict(zero_point=1.0), r"zero points are different in eval mode: 0.0 vs 1.0"),
-    (dict(bit_width=4.0), r"bit widths are different: 8.0 vs 4.0"),
-    (dict(signed=False), r"signs are different: signed=True vs signed=False"),
-])
+@pytest.mark.parametrize(
+    "other, match",
+    [
+        (dict(scale=0.25), r"scaling factors are different in eval mode: 0.5 vs 0.25"),
+        (dict(zero_point=1.0), r"zero points are different in eval mode: 0.0 vs 1.0"),
+        (dict(bit_width=4.0), r"bit widths are different: 8.0 vs 4.0"),
+        (dict(signed=False), r"signs are different: signed=True vs signed=False"),
+    ],
+)
 def test_cat_mismatches(other, match):
     a = make([[1.0, 2.0]], scale=0.5)
     kwargs = dict(scale=0.5)
@@ -206,5 +225,8 @@ def test_cat_single_and_out():
 
 def test_cat_device_mismatch():
     a = make(grid(2, 3), scale=0.5)
-    with pytest.raises(RuntimeError, match=r"IntQuantTensor.cat: tensors\[0\] is on cpu but tensors\[1\] is on meta"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"IntQuantTensor.cat: tensors\[0\] is on cpu but tensors\[1\] is on meta",
+    ):
         torch.cat([a, a.to("meta")])

@@ -32,10 +32,11 @@ class BitWidthConst(jit.ScriptModule):
     It is derived from the quantizer's settings, so it is not saved in the state_dict."""
 
     def __init__(
-            self,
-            bit_width: int,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        bit_width: int,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         bit_width = _checked_bit_width(type(self).__name__, "bit_width", bit_width)
         self.bit_width = StatelessBuffer(torch.tensor(float(bit_width), dtype=dtype, device=device))
@@ -53,14 +54,16 @@ class BitWidthStatefulConst(KeyPolicy, jit.ScriptModule):
     INIT_KEPT_KEYS = ("bit_width",)
 
     def __init__(
-            self,
-            bit_width: int,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        bit_width: int,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         bit_width = _checked_bit_width(type(self).__name__, "bit_width", bit_width)
         self.register_buffer(
-            "bit_width", torch.tensor(float(bit_width), dtype=dtype, device=device))
+            "bit_width", torch.tensor(float(bit_width), dtype=dtype, device=device)
+        )
 
     @jit.script_method
     def forward(self) -> Tensor:
@@ -72,10 +75,11 @@ class MsbClampBitWidth(jit.ScriptModule):
     [min_overall_bit_width, max_overall_bit_width], with a straight-through gradient."""
 
     def __init__(
-            self,
-            bit_width_to_remove_impl: Module,
-            min_overall_bit_width: int,
-            max_overall_bit_width: int) -> None:
+        self,
+        bit_width_to_remove_impl: Module,
+        min_overall_bit_width: int,
+        max_overall_bit_width: int,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         checked_module(owner, "bit_width_to_remove_impl", bit_width_to_remove_impl)
@@ -83,7 +87,8 @@ class MsbClampBitWidth(jit.ScriptModule):
         high = _checked_bit_width(owner, "max_overall_bit_width", max_overall_bit_width)
         if low > high:
             raise ValueError(
-                f"{owner}: min_overall_bit_width ({low}) must be <= max_overall_bit_width ({high})")
+                f"{owner}: min_overall_bit_width ({low}) must be <= max_overall_bit_width ({high})"
+            )
         self.min_overall_bit_width = BitWidthConst(low)
         self.max_overall_bit_width = BitWidthConst(high)
         self.bit_width_to_remove_impl = bit_width_to_remove_impl
@@ -93,4 +98,5 @@ class MsbClampBitWidth(jit.ScriptModule):
         bit_width_to_remove = self.bit_width_to_remove_impl()
         output_bit_width = torch.abs(input_bit_width - bit_width_to_remove)
         return tensor_clamp_ste(
-            output_bit_width, self.min_overall_bit_width(), self.max_overall_bit_width())
+            output_bit_width, self.min_overall_bit_width(), self.max_overall_bit_width()
+        )

@@ -20,7 +20,10 @@ NON_ZERO_EPSILON = 1e-6
 REMOVE_ZERO_BIT_WIDTH = 0.1
 
 __all__ = [
-    "BitWidthParameter", "MIN_INT_BIT_WIDTH", "NON_ZERO_EPSILON", "REMOVE_ZERO_BIT_WIDTH",
+    "BitWidthParameter",
+    "MIN_INT_BIT_WIDTH",
+    "NON_ZERO_EPSILON",
+    "REMOVE_ZERO_BIT_WIDTH",
     "RemoveBitwidthParameter",
 ]
 
@@ -44,13 +47,14 @@ class BitWidthParameter(jit.ScriptModule):
 
     # The default restriction is stateless, so sharing one instance (as Brevitas) is safe.
     def __init__(
-            self,
-            bit_width: int,
-            min_bit_width: int = MIN_INT_BIT_WIDTH,
-            restrict_bit_width_impl: Module = IntRestrictValue(RoundSte()),
-            override_pretrained_bit_width: bool = False,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        bit_width: int,
+        min_bit_width: int = MIN_INT_BIT_WIDTH,
+        restrict_bit_width_impl: Module = IntRestrictValue(RoundSte()),
+        override_pretrained_bit_width: bool = False,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         bit_width = _checked_int(owner, "bit_width", bit_width)
@@ -58,20 +62,25 @@ class BitWidthParameter(jit.ScriptModule):
         # RuntimeError, as Brevitas raises for these.
         if min_bit_width < MIN_INT_BIT_WIDTH:
             raise RuntimeError(
-                f"{owner}: min_bit_width must be >= {MIN_INT_BIT_WIDTH}, got {min_bit_width}")
+                f"{owner}: min_bit_width must be >= {MIN_INT_BIT_WIDTH}, got {min_bit_width}"
+            )
         if bit_width < MIN_INT_BIT_WIDTH or bit_width < min_bit_width:
             raise RuntimeError(
                 f"{owner}: bit_width must be >= max({MIN_INT_BIT_WIDTH}, min_bit_width="
-                f"{min_bit_width}), got {bit_width}")
+                f"{min_bit_width}), got {bit_width}"
+            )
         if not isinstance(restrict_bit_width_impl, Module) or not hasattr(
-                restrict_bit_width_impl, "restrict_init_float"):
+            restrict_bit_width_impl, "restrict_init_float"
+        ):
             raise TypeError(
                 f"{owner}: restrict_bit_width_impl must be a restrict-value module (with "
-                f"restrict_init_float), got {restrict_bit_width_impl!r}")
+                f"restrict_init_float), got {restrict_bit_width_impl!r}"
+            )
         bit_width_base = restrict_bit_width_impl.restrict_init_float(float(min_bit_width))
         bit_width_init = restrict_bit_width_impl.restrict_init_float(float(bit_width))
         self.bit_width_offset = Parameter(
-            torch.tensor(bit_width_init - bit_width_base, dtype=dtype, device=device))
+            torch.tensor(bit_width_init - bit_width_base, dtype=dtype, device=device)
+        )
         self.bit_width_base = float(bit_width_base)
         self.restrict_bit_width_impl = restrict_bit_width_impl
         self.override_pretrained = bool(override_pretrained_bit_width)
@@ -82,8 +91,8 @@ class BitWidthParameter(jit.ScriptModule):
         return self.restrict_bit_width_impl(bit_width)
 
     def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         bit_width_key = prefix + "bit_width"
         offset_key = prefix + "bit_width_offset"
         if bit_width_key in state_dict:
@@ -91,12 +100,14 @@ class BitWidthParameter(jit.ScriptModule):
             if offset_key in state_dict:
                 raise RuntimeError(
                     f"{type(self).__name__}: the state_dict has both {bit_width_key!r} and "
-                    f"{offset_key!r}; expected only one of them")
+                    f"{offset_key!r}; expected only one of them"
+                )
             state_dict[offset_key] = state_dict.pop(bit_width_key) - self.bit_width_base
         if self.override_pretrained and offset_key in state_dict:
             del state_dict[offset_key]
         super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         if (config.IGNORE_MISSING_KEYS or self.override_pretrained) and offset_key in missing_keys:
             missing_keys.remove(offset_key)
 
@@ -109,33 +120,46 @@ class RemoveBitwidthParameter(jit.ScriptModule):
     __constants__ = ["non_zero_epsilon", "override_pretrained"]
 
     def __init__(
-            self,
-            bit_width_to_remove: int,
-            override_pretrained_bit_width: bool = False,
-            non_zero_epsilon: float = NON_ZERO_EPSILON,
-            remove_zero_bit_width: float = REMOVE_ZERO_BIT_WIDTH,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        bit_width_to_remove: int,
+        override_pretrained_bit_width: bool = False,
+        non_zero_epsilon: float = NON_ZERO_EPSILON,
+        remove_zero_bit_width: float = REMOVE_ZERO_BIT_WIDTH,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
-        if (isinstance(bit_width_to_remove, bool)
-                or not isinstance(bit_width_to_remove, numbers.Real)
-                or not math.isfinite(bit_width_to_remove)):
+        if (
+            isinstance(bit_width_to_remove, bool)
+            or not isinstance(bit_width_to_remove, numbers.Real)
+            or not math.isfinite(bit_width_to_remove)
+        ):
             raise TypeError(
-                f"{owner}: bit_width_to_remove must be a number, got {bit_width_to_remove!r}")
+                f"{owner}: bit_width_to_remove must be a number, got {bit_width_to_remove!r}"
+            )
         if bit_width_to_remove < 0:
             # RuntimeError, as Brevitas raises for this.
             raise RuntimeError(
-                f"{owner}: bit_width_to_remove must be >= 0, got {bit_width_to_remove}")
-        if not (isinstance(remove_zero_bit_width, numbers.Real) and remove_zero_bit_width > 0
-                and math.isfinite(remove_zero_bit_width)):
+                f"{owner}: bit_width_to_remove must be >= 0, got {bit_width_to_remove}"
+            )
+        if not (
+            isinstance(remove_zero_bit_width, numbers.Real)
+            and remove_zero_bit_width > 0
+            and math.isfinite(remove_zero_bit_width)
+        ):
             raise ValueError(
                 f"{owner}: remove_zero_bit_width must be a finite number > 0, "
-                f"got {remove_zero_bit_width!r}")
-        if not (isinstance(non_zero_epsilon, numbers.Real) and math.isfinite(non_zero_epsilon)
-                and non_zero_epsilon >= 0):
+                f"got {remove_zero_bit_width!r}"
+            )
+        if not (
+            isinstance(non_zero_epsilon, numbers.Real)
+            and math.isfinite(non_zero_epsilon)
+            and non_zero_epsilon >= 0
+        ):
             raise ValueError(
-                f"{owner}: non_zero_epsilon must be a finite number >= 0, got {non_zero_epsilon!r}")
+                f"{owner}: non_zero_epsilon must be a finite number >= 0, got {non_zero_epsilon!r}"
+            )
         removed = remove_zero_bit_width if bit_width_to_remove == 0 else bit_width_to_remove
         self.bit_width_coeff = Parameter(torch.tensor(1 / removed, dtype=dtype, device=device))
         self.non_zero_epsilon = float(non_zero_epsilon)
@@ -146,12 +170,13 @@ class RemoveBitwidthParameter(jit.ScriptModule):
         return 1.0 / (self.non_zero_epsilon + torch.abs(self.bit_width_coeff))
 
     def _load_from_state_dict(
-            self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-            error_msgs):
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         coeff_key = prefix + "bit_width_coeff"
         if self.override_pretrained and coeff_key in state_dict:
             del state_dict[coeff_key]
         super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         if (config.IGNORE_MISSING_KEYS or self.override_pretrained) and coeff_key in missing_keys:
             missing_keys.remove(coeff_key)

@@ -3,10 +3,10 @@
 from brevitas_cpp.core.function_wrapper.clamp import ClampMin, ScalarClamp, TensorClamp
 from brevitas_cpp.core.function_wrapper.misc import Abs, Identity, InplaceLogTwo, LogTwo, PowerOfTwo
 from brevitas_cpp.core.function_wrapper.ops_ste import (
+    ROUNDING_MODE_OF_IMPL,
     CeilSte,
     DPURoundSte,
     FloorSte,
-    ROUNDING_MODE_OF_IMPL,
     InplaceTensorClampSte,
     RoundSte,
     RoundToZeroSte,
@@ -25,9 +25,29 @@ from brevitas_cpp.core.function_wrapper.shape import (
 )
 
 __all__ = [
-    "Abs", "CeilSte", "ClampMin", "DPURoundSte", "FloorSte", "Identity", "InplaceLogTwo",
-    "InplaceTensorClampSte", "LogTwo", "OverBatchOverOutputChannelView", "OverBatchOverTensorView",
-    "OverOutputChannelView", "OverOutputFeaturesView", "OverTensorView", "PermuteDims",
-    "PowerOfTwo", "ROUNDING_MODE_OF_IMPL", "RoundSte", "RoundToZeroSte", "ScalarClamp", "ScalarClampMinSte",
-    "ScalarSignedClampMinSte", "StatsInputViewShapeImpl", "TensorClamp", "TensorClampSte",
+    "Abs",
+    "CeilSte",
+    "ClampMin",
+    "DPURoundSte",
+    "FloorSte",
+    "Identity",
+    "InplaceLogTwo",
+    "InplaceTensorClampSte",
+    "LogTwo",
+    "OverBatchOverOutputChannelView",
+    "OverBatchOverTensorView",
+    "OverOutputChannelView",
+    "OverOutputFeaturesView",
+    "OverTensorView",
+    "PermuteDims",
+    "PowerOfTwo",
+    "ROUNDING_MODE_OF_IMPL",
+    "RoundSte",
+    "RoundToZeroSte",
+    "ScalarClamp",
+    "ScalarClampMinSte",
+    "ScalarSignedClampMinSte",
+    "StatsInputViewShapeImpl",
+    "TensorClamp",
+    "TensorClampSte",
 ]

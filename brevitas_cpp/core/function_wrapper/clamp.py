@@ -27,7 +27,8 @@ class ScalarClamp(jit.ScriptModule):
         super().__init__()
         if min_val > max_val:
             raise ValueError(
-                f"ScalarClamp: min_val ({min_val}) must not exceed max_val ({max_val})")
+                f"ScalarClamp: min_val ({min_val}) must not exceed max_val ({max_val})"
+            )
         self.min_val = min_val
         self.max_val = max_val
 

@@ -36,7 +36,7 @@ class PowerOfTwo(jit.ScriptModule):
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
-        return 2.0 ** x
+        return 2.0**x
 
 
 class LogTwo(jit.ScriptModule):

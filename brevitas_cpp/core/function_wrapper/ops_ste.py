@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from brevitas_cpp import jit
+from brevitas_cpp.function.ops import tensor_clamp_
 from brevitas_cpp.function.ops_ste import (
     ceil_ste,
     dpu_round_ste,
@@ -16,7 +17,6 @@ from brevitas_cpp.function.ops_ste import (
     scalar_signed_clamp_min_ste,
     tensor_clamp_ste,
 )
-from brevitas_cpp.function.ops import tensor_clamp_
 
 
 class RoundSte(jit.ScriptModule):

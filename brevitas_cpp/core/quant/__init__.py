@@ -12,6 +12,7 @@ from brevitas_cpp.core.quant.int import (
 )
 from brevitas_cpp.core.quant.int_base import IntQuant
 from brevitas_cpp.core.quant.ternary import TernaryQuant
+
 # Brevitas keeps QuantType importable from here for older code.
 from brevitas_cpp.inject.enum import QuantType
 

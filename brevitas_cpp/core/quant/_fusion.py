@@ -51,13 +51,23 @@ def on_kernel_device(x: Tensor) -> bool:
 def scaled_operands_fit(x: Tensor, scale: Tensor) -> bool:
     """binary_quant, clamped_binary_quant and ternary_quant accept (x, scale) as they are and
     then compute in the dtype Brevitas's composition would."""
-    return (x.is_floating_point() and on_kernel_device(x) and scale.device == x.device
-            and scale.dtype == x.dtype and broadcasts_into(scale, x))
+    return (
+        x.is_floating_point()
+        and on_kernel_device(x)
+        and scale.device == x.device
+        and scale.dtype == x.dtype
+        and broadcasts_into(scale, x)
+    )
 
 
 def int_operands_fit(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor) -> bool:
     """int_quant accepts these operands as they are (see scaled_operands_fit); bit_width must be
     one value on x's device."""
-    return (scaled_operands_fit(x, scale) and zero_point.device == x.device
-            and zero_point.dtype == x.dtype and broadcasts_into(zero_point, x)
-            and bit_width.numel() == 1 and bit_width.device == x.device)
+    return (
+        scaled_operands_fit(x, scale)
+        and zero_point.device == x.device
+        and zero_point.dtype == x.dtype
+        and broadcasts_into(zero_point, x)
+        and bit_width.numel() == 1
+        and bit_width.device == x.device
+    )

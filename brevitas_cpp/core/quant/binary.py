@@ -18,12 +18,11 @@ from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
 from brevitas_cpp.core.quant._fusion import scaled_operands_fit
+from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function import binary_quant, clamped_binary_quant
 from brevitas_cpp.function.ops_ste import binary_sign_ste
-from brevitas_cpp.core.quant.block_output import QuantBlockOutput
-
 
 
 def _constant(value: float) -> StatelessBuffer:
@@ -35,8 +34,9 @@ class BinaryQuant(jit.ScriptModule):
     """y = binary_sign(x) * scale_impl(x): +scale for x >= 0, -scale otherwise, with a
     straight-through gradient for the sign. forward(x) -> (y, scale, zero_point, bit_width)."""
 
-    def __init__(self, scaling_impl: Module, signed: bool = True,
-                 quant_delay_steps: int = 0) -> None:
+    def __init__(
+        self, scaling_impl: Module, signed: bool = True, quant_delay_steps: int = 0
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         check_module(owner, "scaling_impl", scaling_impl)
@@ -45,7 +45,8 @@ class BinaryQuant(jit.ScriptModule):
             # Brevitas only asserts this (and asserts vanish under python -O).
             raise ValueError(
                 f"{owner}: signed must be True, got {signed!r}; binary quantization maps to "
-                "{-scale, +scale}, which is signed by construction")
+                "{-scale, +scale}, which is signed by construction"
+            )
         check_quant_delay_steps(owner, quant_delay_steps)
         self.scaling_impl = scaling_impl
         self.bit_width = _constant(1.0)
@@ -71,10 +72,11 @@ class ClampedBinaryQuant(jit.ScriptModule):
     __constants__ = ["fused"]
 
     def __init__(
-            self,
-            scaling_impl: Module,
-            tensor_clamp_impl: Module = TensorClamp(),
-            quant_delay_steps: int = 0) -> None:
+        self,
+        scaling_impl: Module,
+        tensor_clamp_impl: Module = TensorClamp(),
+        quant_delay_steps: int = 0,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         check_module(owner, "scaling_impl", scaling_impl)

@@ -14,13 +14,12 @@ from torch.nn import Module
 from brevitas_cpp import jit
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
+from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.scaling import TruncMsbScaling
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function.ops import max_int, min_int
 from brevitas_cpp.function.ops_ste import round_ste
-from brevitas_cpp.core.quant.block_output import QuantBlockOutput
-
 
 
 def _hold_prescaled_blocks(block: Module, int_quant: Module, bit_width_impl: Module) -> None:
@@ -81,12 +80,13 @@ class RescalingIntQuant(jit.ScriptModule):
     (statistics are still collected by the blocks)."""
 
     def __init__(
-            self,
-            int_quant: Module,
-            scaling_impl: Module,
-            int_scaling_impl: Module,
-            zero_point_impl: Module,
-            bit_width_impl: Module) -> None:
+        self,
+        int_quant: Module,
+        scaling_impl: Module,
+        int_scaling_impl: Module,
+        zero_point_impl: Module,
+        bit_width_impl: Module,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         check_module(owner, "int_quant", int_quant)
@@ -131,13 +131,14 @@ class TruncIntQuant(jit.ScriptModule):
     __constants__ = ["narrow_range"]
 
     def __init__(
-            self,
-            float_to_int_impl: Module,
-            bit_width_impl: Module,
-            trunc_scaling_impl: Optional[Module] = None,
-            narrow_range: bool = False,
-            tensor_clamp_impl: Module = TensorClamp(),
-            quant_delay_steps: int = 0) -> None:
+        self,
+        float_to_int_impl: Module,
+        bit_width_impl: Module,
+        trunc_scaling_impl: Optional[Module] = None,
+        narrow_range: bool = False,
+        tensor_clamp_impl: Module = TensorClamp(),
+        quant_delay_steps: int = 0,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         if trunc_scaling_impl is None:
@@ -164,8 +165,14 @@ class TruncIntQuant(jit.ScriptModule):
         return max_int(signed, self.narrow_range, bit_width)
 
     @jit.script_method
-    def forward(self, x: Tensor, scale: Tensor, zero_point: Tensor, input_bit_width: Tensor,
-                signed: Union[bool, Tensor]) -> QuantBlockOutput:
+    def forward(
+        self,
+        x: Tensor,
+        scale: Tensor,
+        zero_point: Tensor,
+        input_bit_width: Tensor,
+        signed: Union[bool, Tensor],
+    ) -> QuantBlockOutput:
         # Two roundings with a division between them: not the single affine step int_quant
         # fuses, so this stays a composition of the (C++) elementwise ops.
         y = x / scale

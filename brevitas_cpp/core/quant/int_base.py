@@ -34,17 +34,25 @@ class IntQuant(jit.ScriptModule):
     forward(scale, zero_point, bit_width, x) -> Tensor. x is first reshaped by input_view_impl;
     for the first quant_delay_steps calls x itself is returned (see DelayWrapper)."""
 
-    __constants__ = ["signed", "narrow_range", "fused", "rounding_mode", "clamp_ste",
-                     "view_is_identity", "never_delays"]
+    __constants__ = [
+        "signed",
+        "narrow_range",
+        "fused",
+        "rounding_mode",
+        "clamp_ste",
+        "view_is_identity",
+        "never_delays",
+    ]
 
     def __init__(
-            self,
-            narrow_range: bool,
-            signed: bool,
-            input_view_impl: Module,
-            float_to_int_impl: Module = RoundSte(),  # Brevitas's defaults; stateless, so one
-            tensor_clamp_impl: Module = TensorClamp(),  # instance can serve every quantizer
-            quant_delay_steps: int = 0) -> None:
+        self,
+        narrow_range: bool,
+        signed: bool,
+        input_view_impl: Module,
+        float_to_int_impl: Module = RoundSte(),  # Brevitas's defaults; stateless, so one
+        tensor_clamp_impl: Module = TensorClamp(),  # instance can serve every quantizer
+        quant_delay_steps: int = 0,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         check_bool(owner, "narrow_range", narrow_range)
@@ -87,8 +95,9 @@ class IntQuant(jit.ScriptModule):
         return self._viewed_to_int(scale, zero_point, bit_width, self.input_view_impl(x))
 
     @jit.script_method
-    def _viewed_to_int(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor,
-                       x: Tensor) -> Tensor:
+    def _viewed_to_int(
+        self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor
+    ) -> Tensor:
         """to_int of an input already reshaped by input_view_impl."""
         y = x / scale
         y = y + zero_point
@@ -110,8 +119,16 @@ class IntQuant(jit.ScriptModule):
     def forward(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:
         viewed = x if self.view_is_identity else self.input_view_impl(x)
         if self.fused and int_operands_fit(viewed, scale, zero_point, bit_width):
-            y = int_quant(viewed, scale, zero_point, bit_width, self.signed, self.narrow_range,
-                          self.rounding_mode, self.clamp_ste)
+            y = int_quant(
+                viewed,
+                scale,
+                zero_point,
+                bit_width,
+                self.signed,
+                self.narrow_range,
+                self.rounding_mode,
+                self.clamp_ste,
+            )
         else:
             y_int = self._viewed_to_int(scale, zero_point, bit_width, viewed)
             y = y_int - zero_point

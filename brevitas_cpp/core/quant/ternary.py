@@ -16,12 +16,11 @@ from torch.nn import Module
 from brevitas_cpp import jit
 from brevitas_cpp.core.quant._checks import check_module, check_quant_delay_steps
 from brevitas_cpp.core.quant._fusion import scaled_operands_fit
+from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function import ternary_quant
 from brevitas_cpp.function.ops_ste import ternary_sign_ste
-from brevitas_cpp.core.quant.block_output import QuantBlockOutput
-
 
 
 def _ternary_fusable(x: Tensor, scale: Tensor) -> bool:
@@ -36,18 +35,24 @@ class TernaryQuant(jit.ScriptModule):
 
     __constants__ = ["threshold"]
 
-    def __init__(self, scaling_impl: Module, threshold: float,
-                 quant_delay_steps: Optional[int] = None) -> None:
+    def __init__(
+        self, scaling_impl: Module, threshold: float, quant_delay_steps: Optional[int] = None
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         check_module(owner, "scaling_impl", scaling_impl)
         # A negative threshold would keep every element (nothing ever rounds to zero), NaN would
         # zero them all: both silently stop being ternary.
-        if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                or not math.isfinite(threshold) or threshold < 0):
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, (int, float))
+            or not math.isfinite(threshold)
+            or threshold < 0
+        ):
             raise ValueError(
                 f"{owner}: threshold must be a finite number >= 0 (a fraction of the scale, e.g. "
-                f"0.5), got {threshold!r}")
+                f"0.5), got {threshold!r}"
+            )
         check_quant_delay_steps(owner, quant_delay_steps)
         self.scaling_impl = scaling_impl
         self.threshold = float(threshold)

@@ -38,7 +38,8 @@ class IntScaling(jit.ScriptModule):
         is_signed = signed if signed is not None else self.signed
         if is_signed is None:
             raise ValueError(
-                "IntScaling: signed is None both at construction and in the call; pass signed")
+                "IntScaling: signed is None both at construction and in the call; pass signed"
+            )
         # A tensor flag (from a signed_impl) picks the branch, so it becomes a Python bool.
         flag = bool(is_signed.item()) if isinstance(is_signed, Tensor) else is_signed
         if flag:
@@ -67,6 +68,7 @@ class PowerOfTwoIntScaling(jit.ScriptModule):
         if is_signed is None:
             raise ValueError(
                 "PowerOfTwoIntScaling: signed is None both at construction and in the call; "
-                "pass signed")
+                "pass signed"
+            )
         flag = bool(is_signed.item()) if isinstance(is_signed, Tensor) else is_signed
         return max_int(flag, False, bit_width) + 1

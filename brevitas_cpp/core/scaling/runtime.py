@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 
 from brevitas_cpp import jit
+
 # The argument checks and the graph link were first defined here; still importable from here.
 from brevitas_cpp.core._checks import (  # noqa: F401
     check_affine_inits,
@@ -50,26 +51,31 @@ class _AffineRescaling(KeyPolicy, jit.ScriptModule):
     INIT_KEPT_KEYS = ("affine_weight",)
 
     def __init__(
-            self,
-            scaling_shape: Tuple[int, ...],
-            affine_weight_init: float,
-            affine_bias_init: Optional[float],
-            dtype: Optional[torch.dtype],
-            device: Optional[torch.device]) -> None:
+        self,
+        scaling_shape: Tuple[int, ...],
+        affine_weight_init: float,
+        affine_bias_init: Optional[float],
+        dtype: Optional[torch.dtype],
+        device: Optional[torch.device],
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         scaling_shape = checked_shape(owner, "scaling_shape", scaling_shape)
         if affine_weight_init is None:
             raise ValueError(f"{owner}: affine_weight_init must be a finite float, got None")
-        affine_weight_init = checked_optional_finite(owner, "affine_weight_init", affine_weight_init)
+        affine_weight_init = checked_optional_finite(
+            owner, "affine_weight_init", affine_weight_init
+        )
         affine_bias_init = checked_optional_finite(owner, "affine_bias_init", affine_bias_init)
         self.affine_weight = Parameter(
-            torch.full(scaling_shape, affine_weight_init, dtype=dtype, device=device))
+            torch.full(scaling_shape, affine_weight_init, dtype=dtype, device=device)
+        )
         if affine_bias_init is not None:
             self.affine_bias = ParameterWrapper(
-                torch.full(scaling_shape, affine_bias_init, dtype=dtype, device=device))
+                torch.full(scaling_shape, affine_bias_init, dtype=dtype, device=device)
+            )
         else:
-            self.affine_bias = StatelessBuffer(torch.tensor(0., dtype=dtype, device=device))
+            self.affine_bias = StatelessBuffer(torch.tensor(0.0, dtype=dtype, device=device))
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -82,39 +88,53 @@ class _StatsScaling(SkipsIdentities, jit.ScriptModule):
     threshold."""
 
     # In the linear domain without affine rescaling these three are identities, not called.
-    IDENTITY_SLOTS = (("restrict_threshold_pre", "threshold_pre_is_identity"),
-                      ("restrict_scaling_pre", "scaling_pre_is_identity"),
-                      ("affine_rescaling", "affine_is_identity"))
+    IDENTITY_SLOTS = (
+        ("restrict_threshold_pre", "threshold_pre_is_identity"),
+        ("restrict_scaling_pre", "scaling_pre_is_identity"),
+        ("affine_rescaling", "affine_is_identity"),
+    )
     IDENTITY_TYPES = (Identity,)
     __constants__ = ["threshold_pre_is_identity", "scaling_pre_is_identity", "affine_is_identity"]
 
     def __init__(
-            self,
-            restrict_scaling_impl: Module,
-            restrict_threshold_impl: Module,
-            scaling_min_val: Optional[float],
-            scaling_shape: Tuple[int, ...],
-            scaling_affine_rescaling_init: Optional[float],
-            scaling_affine_shifting_init: Optional[float],
-            dtype: Optional[torch.dtype],
-            device: Optional[torch.device],
-            restrict_scale_threshold_impl: Optional[Module] = None,
-            is_scale_unsigned: bool = True) -> None:
+        self,
+        restrict_scaling_impl: Module,
+        restrict_threshold_impl: Module,
+        scaling_min_val: Optional[float],
+        scaling_shape: Tuple[int, ...],
+        scaling_affine_rescaling_init: Optional[float],
+        scaling_affine_shifting_init: Optional[float],
+        dtype: Optional[torch.dtype],
+        device: Optional[torch.device],
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        is_scale_unsigned: bool = True,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         restrict_threshold_impl = checked_threshold_impl(
-            owner, restrict_scaling_impl, restrict_threshold_impl)
+            owner, restrict_scaling_impl, restrict_threshold_impl
+        )
         check_affine_inits(
-            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init)
+            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init
+        )
         if scaling_affine_rescaling_init is not None:
             self.affine_rescaling = _AffineRescaling(
-                scaling_shape, scaling_affine_rescaling_init, scaling_affine_shifting_init, dtype,
-                device)
+                scaling_shape,
+                scaling_affine_rescaling_init,
+                scaling_affine_shifting_init,
+                dtype,
+                device,
+            )
         else:
             self.affine_rescaling = Identity()
         hold_restrict_clamps(
-            self, restrict_scaling_impl, restrict_threshold_impl, restrict_scale_threshold_impl,
-            scaling_min_val, is_scale_unsigned)
+            self,
+            restrict_scaling_impl,
+            restrict_threshold_impl,
+            restrict_scale_threshold_impl,
+            scaling_min_val,
+            is_scale_unsigned,
+        )
         self.restrict_scaling_pre = restrict_scaling_impl.restrict_init_module()
         self.clamp_scaling = _ClampValue(scaling_min_val)
         self.refresh_identity_flags()
@@ -140,28 +160,37 @@ class StatsFromParameterScaling(jit.ScriptModule):
     weight's abs max), optionally rescaled by a learned affine correction."""
 
     def __init__(
-            self,
-            scaling_stats_impl: Module,
-            scaling_stats_input_view_shape_impl: Module,
-            scaling_stats_input_concat_dim: int,
-            tracked_parameter_list: List[torch.nn.Parameter],
-            scaling_shape: Tuple[int, ...],
-            force_parameter: bool = False,
-            restrict_scaling_impl: Module = FloatRestrictValue(),
-            restrict_threshold_impl: Optional[Module] = None,
-            restrict_scale_threshold_impl: Optional[Module] = None,
-            scaling_affine_rescaling_init: Optional[float] = None,
-            scaling_affine_shifting_init: Optional[float] = None,
-            scaling_min_val: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        scaling_stats_impl: Module,
+        scaling_stats_input_view_shape_impl: Module,
+        scaling_stats_input_concat_dim: int,
+        tracked_parameter_list: List[torch.nn.Parameter],
+        scaling_shape: Tuple[int, ...],
+        force_parameter: bool = False,
+        restrict_scaling_impl: Module = FloatRestrictValue(),
+        restrict_threshold_impl: Optional[Module] = None,
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        scaling_affine_rescaling_init: Optional[float] = None,
+        scaling_affine_shifting_init: Optional[float] = None,
+        scaling_min_val: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.parameter_list_stats, scaling_shape = tracked_parameter_stats(
-            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl,
-            scaling_stats_input_concat_dim, scaling_shape, tracked_parameter_list, force_parameter)
+            owner,
+            "scaling",
+            scaling_stats_impl,
+            scaling_stats_input_view_shape_impl,
+            scaling_stats_input_concat_dim,
+            scaling_shape,
+            tracked_parameter_list,
+            force_parameter,
+        )
         check_affine_inits(
-            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init)
+            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init
+        )
         # _StatsScaling defaults the threshold's restriction to the scale's.
         self.stats_scaling_impl = _StatsScaling(
             restrict_scaling_impl=restrict_scaling_impl,
@@ -172,7 +201,8 @@ class StatsFromParameterScaling(jit.ScriptModule):
             scaling_affine_rescaling_init=scaling_affine_rescaling_init,
             scaling_affine_shifting_init=scaling_affine_shifting_init,
             dtype=dtype,
-            device=device)
+            device=device,
+        )
 
     @jit.script_method
     def forward(self, x: Optional[Tensor], threshold: Optional[Tensor] = None) -> Tensor:
@@ -187,33 +217,41 @@ class RuntimeStatsScaling(jit.ScriptModule):
     a running value with momentum), the running value in eval."""
 
     def __init__(
-            self,
-            scaling_stats_impl: Module,
-            scaling_stats_input_view_shape_impl: Module,
-            scaling_shape: Tuple[int, ...],
-            is_scale_unsigned: bool = True,
-            scaling_affine_rescaling_init: Optional[float] = None,
-            scaling_affine_shifting_init: Optional[float] = None,
-            restrict_scaling_impl: Module = FloatRestrictValue(),
-            restrict_threshold_impl: Optional[Module] = None,
-            restrict_scale_threshold_impl: Optional[Module] = None,
-            scaling_stats_momentum: float = DEFAULT_MOMENTUM,
-            scaling_min_val: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        scaling_stats_impl: Module,
+        scaling_stats_input_view_shape_impl: Module,
+        scaling_shape: Tuple[int, ...],
+        is_scale_unsigned: bool = True,
+        scaling_affine_rescaling_init: Optional[float] = None,
+        scaling_affine_shifting_init: Optional[float] = None,
+        restrict_scaling_impl: Module = FloatRestrictValue(),
+        restrict_threshold_impl: Optional[Module] = None,
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        scaling_stats_momentum: float = DEFAULT_MOMENTUM,
+        scaling_min_val: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         scaling_shape = checked_stats_args(
-            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl,
-            scaling_shape)
+            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl, scaling_shape
+        )
         scaling_stats_momentum = checked_momentum(
-            owner, "scaling_stats_momentum", scaling_stats_momentum)
+            owner, "scaling_stats_momentum", scaling_stats_momentum
+        )
         check_affine_inits(
-            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init)
+            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init
+        )
         # _StatsScaling defaults the threshold's restriction to the scale's.
         self.runtime_stats = _RuntimeStats(
-            scaling_stats_impl, scaling_shape, scaling_stats_input_view_shape_impl,
-            scaling_stats_momentum, dtype, device)
+            scaling_stats_impl,
+            scaling_shape,
+            scaling_stats_input_view_shape_impl,
+            scaling_stats_momentum,
+            dtype,
+            device,
+        )
         self.stats_scaling_impl = _StatsScaling(
             restrict_scaling_impl=restrict_scaling_impl,
             restrict_threshold_impl=restrict_threshold_impl,
@@ -224,7 +262,8 @@ class RuntimeStatsScaling(jit.ScriptModule):
             scaling_affine_shifting_init=scaling_affine_shifting_init,
             dtype=dtype,
             device=device,
-            is_scale_unsigned=is_scale_unsigned)
+            is_scale_unsigned=is_scale_unsigned,
+        )
 
     @jit.script_method
     def forward(self, x: Tensor, threshold: Optional[Tensor] = None) -> Tensor:

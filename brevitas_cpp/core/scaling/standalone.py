@@ -70,7 +70,8 @@ def _restricted_init(owner: str, scaling_init: Tensor, restrict_scaling_impl: Mo
     if restricted.is_floating_point() and not bool(torch.isfinite(restricted).all()):
         raise ValueError(
             f"{owner}: scaling_init must be positive with {type(restrict_scaling_impl).__name__} "
-            f"(it is learned as log2), got {scaling_init}")
+            f"(it is learned as log2), got {scaling_init}"
+        )
     return restricted
 
 
@@ -79,23 +80,30 @@ class ConstScaling(jit.ScriptModule):
     like a learned one and divided by the restricted threshold."""
 
     def __init__(
-            self,
-            scaling_init: Union[float, Tensor],
-            is_scale_unsigned: bool = True,
-            restrict_scaling_impl: Module = FloatRestrictValue(),
-            restrict_threshold_impl: Optional[Module] = None,
-            restrict_scale_threshold_impl: Optional[Module] = None,
-            scaling_min_val: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        scaling_init: Union[float, Tensor],
+        is_scale_unsigned: bool = True,
+        restrict_scaling_impl: Module = FloatRestrictValue(),
+        restrict_threshold_impl: Optional[Module] = None,
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        scaling_min_val: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         restrict_threshold_impl = checked_threshold_impl(
-            owner, restrict_scaling_impl, restrict_threshold_impl)
+            owner, restrict_scaling_impl, restrict_threshold_impl
+        )
         checked_finite(owner, "scaling_init", scaling_init)
         hold_restrict_clamps(
-            self, restrict_scaling_impl, restrict_threshold_impl, restrict_scale_threshold_impl,
-            scaling_min_val, is_scale_unsigned)
+            self,
+            restrict_scaling_impl,
+            restrict_threshold_impl,
+            restrict_scale_threshold_impl,
+            scaling_min_val,
+            is_scale_unsigned,
+        )
         if isinstance(scaling_init, Tensor):
             # A copy: the block must not alias (and later write into) the caller's tensor.
             init = scaling_init.detach().to(device=device, dtype=dtype, copy=True)
@@ -130,27 +138,43 @@ class ParameterScaling(KeyPolicy, jit.ScriptModule):
     INIT_KEPT_KEYS = ("value",)
 
     def __init__(
-            self,
-            scaling_init: Union[float, Tensor],
-            is_scale_unsigned: bool = True,
-            scaling_shape: Optional[Tuple[int, ...]] = None,
-            restrict_scaling_impl: Module = FloatRestrictValue(),
-            restrict_threshold_impl: Optional[Module] = None,
-            restrict_scale_threshold_impl: Optional[Module] = None,
-            scaling_min_val: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        scaling_init: Union[float, Tensor],
+        is_scale_unsigned: bool = True,
+        scaling_shape: Optional[Tuple[int, ...]] = None,
+        restrict_scaling_impl: Module = FloatRestrictValue(),
+        restrict_threshold_impl: Optional[Module] = None,
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        scaling_min_val: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         restrict_threshold_impl = checked_threshold_impl(
-            owner, restrict_scaling_impl, restrict_threshold_impl)
+            owner, restrict_scaling_impl, restrict_threshold_impl
+        )
         # Restricted before the broadcast: log2 of a scalar, then copies.
-        self.value = Parameter(initial_value_tensor(
-            owner, "scaling_init", scaling_init, "scaling_shape", scaling_shape, dtype, device,
-            to_domain=lambda init: _restricted_init(owner, init, restrict_scaling_impl)))
+        self.value = Parameter(
+            initial_value_tensor(
+                owner,
+                "scaling_init",
+                scaling_init,
+                "scaling_shape",
+                scaling_shape,
+                dtype,
+                device,
+                to_domain=lambda init: _restricted_init(owner, init, restrict_scaling_impl),
+            )
+        )
         hold_restrict_clamps(
-            self, restrict_scaling_impl, restrict_threshold_impl, restrict_scale_threshold_impl,
-            scaling_min_val, is_scale_unsigned)
+            self,
+            restrict_scaling_impl,
+            restrict_threshold_impl,
+            restrict_scale_threshold_impl,
+            scaling_min_val,
+            is_scale_unsigned,
+        )
 
     @jit.script_method
     def forward(self, placeholder: Tensor, threshold: Optional[Tensor] = None) -> Tensor:
@@ -169,30 +193,39 @@ class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptM
     loading it marks the block initialised."""
 
     def __init__(
-            self,
-            scaling_stats_impl: Module,
-            scaling_stats_input_view_shape_impl: Module,
-            scaling_stats_input_concat_dim: int,
-            tracked_parameter_list: List[torch.nn.Parameter],
-            scaling_shape: Tuple[int, ...],
-            is_scale_unsigned: bool = True,
-            force_parameter: bool = False,
-            restrict_scaling_impl: Module = FloatRestrictValue(),
-            restrict_threshold_impl: Optional[Module] = None,
-            restrict_scale_threshold_impl: Optional[Module] = None,
-            scaling_affine_rescaling_init: Optional[float] = None,
-            scaling_affine_shifting_init: Optional[float] = None,
-            scaling_min_val: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        scaling_stats_impl: Module,
+        scaling_stats_input_view_shape_impl: Module,
+        scaling_stats_input_concat_dim: int,
+        tracked_parameter_list: List[torch.nn.Parameter],
+        scaling_shape: Tuple[int, ...],
+        is_scale_unsigned: bool = True,
+        force_parameter: bool = False,
+        restrict_scaling_impl: Module = FloatRestrictValue(),
+        restrict_threshold_impl: Optional[Module] = None,
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        scaling_affine_rescaling_init: Optional[float] = None,
+        scaling_affine_shifting_init: Optional[float] = None,
+        scaling_min_val: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         checked_restrict_impl(owner, "restrict_scaling_impl", restrict_scaling_impl)
         self.parameter_list_stats, scaling_shape = tracked_parameter_stats(
-            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl,
-            scaling_stats_input_concat_dim, scaling_shape, tracked_parameter_list, force_parameter)
+            owner,
+            "scaling",
+            scaling_stats_impl,
+            scaling_stats_input_view_shape_impl,
+            scaling_stats_input_concat_dim,
+            scaling_shape,
+            tracked_parameter_list,
+            force_parameter,
+        )
         check_affine_inits(
-            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init)
+            owner, "scaling", scaling_affine_rescaling_init, scaling_affine_shifting_init
+        )
         if restrict_threshold_impl is None:
             restrict_threshold_impl = restrict_scaling_impl
         self.stats_scaling_impl = _StatsScaling(
@@ -205,7 +238,8 @@ class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptM
             scaling_affine_shifting_init=scaling_affine_shifting_init,
             dtype=dtype,
             device=device,
-            is_scale_unsigned=is_scale_unsigned)
+            is_scale_unsigned=is_scale_unsigned,
+        )
         self.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
         self.restrict_inplace_scaling_pre = restrict_scaling_impl.restrict_init_inplace_module()
         self.clamp_scaling = _ClampValue(scaling_min_val)
@@ -218,7 +252,8 @@ class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptM
             threshold = torch.ones(1).type_as(x)
         if self.init_done:
             threshold = self.stats_scaling_impl.restrict_clamp_threshold(
-                self.restrict_threshold_pre(threshold))
+                self.restrict_threshold_pre(threshold)
+            )
             value = self.stats_scaling_impl.restrict_clamp_scaling(self.value)
             return self.stats_scaling_impl.restrict_clamp_scale_threshold(value / threshold)
         stats = self.parameter_list_stats(x)
@@ -231,7 +266,8 @@ class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptM
         stats = self.restrict_inplace_scaling_pre(stats)
         stats = self.stats_scaling_impl.affine_rescaling(stats)
         threshold = self.stats_scaling_impl.restrict_clamp_threshold(
-            self.restrict_threshold_pre(threshold))
+            self.restrict_threshold_pre(threshold)
+        )
         inplace_tensor_mul(self.value.detach(), stats)
         value = self.stats_scaling_impl.restrict_clamp_scaling(self.value)
         value = self.stats_scaling_impl.restrict_clamp_scale_threshold(value / threshold)
@@ -255,32 +291,36 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
     __constants__ = ["threshold_pre_is_identity"]
 
     def __init__(
-            self,
-            collect_stats_steps: int,
-            scaling_stats_impl: Module,
-            is_scale_unsigned: bool = True,
-            scaling_stats_input_view_shape_impl: Module = OverBatchOverTensorView(),
-            scaling_shape: Tuple[int, ...] = SCALAR_SHAPE,
-            restrict_scaling_impl: Module = FloatRestrictValue(),
-            restrict_threshold_impl: Optional[Module] = None,
-            restrict_scale_threshold_impl: Optional[Module] = None,
-            scaling_stats_momentum: Optional[float] = DEFAULT_MOMENTUM,
-            scaling_min_val: Optional[float] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        collect_stats_steps: int,
+        scaling_stats_impl: Module,
+        is_scale_unsigned: bool = True,
+        scaling_stats_input_view_shape_impl: Module = OverBatchOverTensorView(),
+        scaling_shape: Tuple[int, ...] = SCALAR_SHAPE,
+        restrict_scaling_impl: Module = FloatRestrictValue(),
+        restrict_threshold_impl: Optional[Module] = None,
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        scaling_stats_momentum: Optional[float] = DEFAULT_MOMENTUM,
+        scaling_min_val: Optional[float] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         collect_stats_steps = checked_collect_stats_steps(owner, collect_stats_steps)
         restrict_threshold_impl = checked_threshold_impl(
-            owner, restrict_scaling_impl, restrict_threshold_impl)
+            owner, restrict_scaling_impl, restrict_threshold_impl
+        )
         scaling_shape = checked_stats_args(
-            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl,
-            scaling_shape)
+            owner, "scaling", scaling_stats_impl, scaling_stats_input_view_shape_impl, scaling_shape
+        )
         scaling_stats_momentum = checked_momentum(
-            owner, "scaling_stats_momentum", scaling_stats_momentum)
+            owner, "scaling_stats_momentum", scaling_stats_momentum
+        )
         # buffer and value start at 1: the first batch and the initialisation multiply in.
         hold_warmup_state(
-            self, collect_stats_steps, scaling_stats_momentum, scaling_shape, 1.0, dtype, device)
+            self, collect_stats_steps, scaling_stats_momentum, scaling_shape, 1.0, dtype, device
+        )
         self.stats_input_view_shape_impl = scaling_stats_input_view_shape_impl
         self.stats = _Stats(scaling_stats_impl, scaling_shape)
         self.abs_value = _AbsValue(is_unsigned=is_scale_unsigned)
@@ -327,7 +367,8 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
                 inplace_tensor_mul(self.buffer, clamped_stats.detach())
             else:
                 inplace_momentum_update(
-                    self.buffer, clamped_stats.detach(), self.momentum, self.counter, new_counter)
+                    self.buffer, clamped_stats.detach(), self.momentum, self.counter, new_counter
+                )
             self.counter = new_counter
             return clamped_stats / threshold
         if self.counter == self.collect_stats_steps:
@@ -366,11 +407,12 @@ class TruncMsbScaling(jit.ScriptModule):
 
     @jit.script_method
     def forward(
-            self,
-            scaling_input: Tensor,
-            input_bit_width: Tensor,
-            output_bit_width: Tensor,
-            signed: Union[bool, Tensor]) -> Tensor:
+        self,
+        scaling_input: Tensor,
+        input_bit_width: Tensor,
+        output_bit_width: Tensor,
+        signed: Union[bool, Tensor],
+    ) -> Tensor:
         return 2 ** (input_bit_width - output_bit_width)
 
 
@@ -380,24 +422,27 @@ class TruncScalingWrapper(jit.ScriptModule):
     2 ** (input_bit_width - output_bit_width)."""
 
     def __init__(
-            self,
-            trunc_int_scaling_impl: Module,
-            scaling_impl: Module,
-            tensor_clamp_impl: Module = TensorClamp()) -> None:
+        self,
+        trunc_int_scaling_impl: Module,
+        scaling_impl: Module,
+        tensor_clamp_impl: Module = TensorClamp(),
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.trunc_int_scaling_impl = checked_module(
-            owner, "trunc_int_scaling_impl", trunc_int_scaling_impl)
+            owner, "trunc_int_scaling_impl", trunc_int_scaling_impl
+        )
         self.scaling_impl = checked_module(owner, "scaling_impl", scaling_impl)
         self.tensor_clamp_impl = checked_module(owner, "tensor_clamp_impl", tensor_clamp_impl)
 
     @jit.script_method
     def forward(
-            self,
-            scaling_input: Tensor,
-            input_bit_width: Tensor,
-            output_bit_width: Tensor,
-            signed: Union[bool, Tensor]) -> Tensor:
+        self,
+        scaling_input: Tensor,
+        input_bit_width: Tensor,
+        output_bit_width: Tensor,
+        signed: Union[bool, Tensor],
+    ) -> Tensor:
         threshold = self.trunc_int_scaling_impl(output_bit_width, signed)
         scale = self.scaling_impl(scaling_input, threshold)
         msb_scale = 2 ** (input_bit_width - output_bit_width)

@@ -93,7 +93,8 @@ def _kthvalue(x: Tensor, k: int, dim: int, keepdim: bool) -> Tensor:
     dtype = x.dtype
     device_type = x.device.type
     if (dtype == torch.float16 and device_type == "cpu") or (
-            dtype == torch.bfloat16 and device_type == "cuda"):
+        dtype == torch.bfloat16 and device_type == "cuda"
+    ):
         x = x.to(torch.float32)
     values = torch.kthvalue(x, k, dim=dim, keepdim=keepdim)[0]
     return values.to(dtype)
@@ -101,11 +102,11 @@ def _kthvalue(x: Tensor, k: int, dim: int, keepdim: bool) -> Tensor:
 
 def _high_k(q: float, n: int) -> int:
     # k is 1-based: round q% of n half up.
-    return int(math.floor(.01 * q * n + 0.5))
+    return int(math.floor(0.01 * q * n + 0.5))
 
 
 def _low_k(q: float, n: int) -> int:
-    return int(math.ceil(.01 * q * n))
+    return int(math.ceil(0.01 * q * n))
 
 
 def _percentile(x: Tensor, q: float, high: bool, dim: Optional[int], keepdim: bool) -> Tensor:
@@ -143,11 +144,12 @@ class NegativeMinOrZero(jit.ScriptModule):
     __constants__ = ["stats_reduce_dim", "keepdim"]
 
     def __init__(
-            self,
-            stats_reduce_dim: Optional[int] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None,
-            keepdim: bool = False) -> None:
+        self,
+        stats_reduce_dim: Optional[int] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+        keepdim: bool = False,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
@@ -166,17 +168,19 @@ class AbsPercentile(jit.ScriptModule, UnsignedScaleStat):
     __constants__ = ["q", "stats_reduce_dim", "keepdim"]
 
     def __init__(
-            self,
-            high_percentile_q: float,
-            stats_reduce_dim: Optional[int],
-            percentile_q=None,
-            keepdim: bool = False) -> None:
+        self,
+        high_percentile_q: float,
+        stats_reduce_dim: Optional[int],
+        percentile_q=None,
+        keepdim: bool = False,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         if percentile_q is not None:
             raise RuntimeError(
                 f"{owner}: percentile_q is deprecated, pass high_percentile_q instead "
-                f"(got percentile_q={percentile_q!r})")
+                f"(got percentile_q={percentile_q!r})"
+            )
         self.q = _checked_percentile(owner, "high_percentile_q", high_percentile_q)
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
         self.keepdim = checked_bool(owner, "keepdim", keepdim)
@@ -192,12 +196,13 @@ class NegativePercentileOrZero(jit.ScriptModule):
     __constants__ = ["stats_reduce_dim", "q", "keepdim"]
 
     def __init__(
-            self,
-            low_percentile_q: float,
-            stats_reduce_dim: Optional[int] = None,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None,
-            keepdim: bool = False) -> None:
+        self,
+        low_percentile_q: float,
+        stats_reduce_dim: Optional[int] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+        keepdim: bool = False,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
@@ -218,13 +223,14 @@ class PercentileInterval(jit.ScriptModule, UnsignedScaleStat):
     __constants__ = ["stats_reduce_dim", "low_q", "high_q", "keepdim"]
 
     def __init__(
-            self,
-            low_percentile_q: float,
-            high_percentile_q: float,
-            stats_reduce_dim: Optional[int] = None,
-            keepdim: bool = False,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        low_percentile_q: float,
+        high_percentile_q: float,
+        stats_reduce_dim: Optional[int] = None,
+        keepdim: bool = False,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
@@ -263,11 +269,12 @@ class AbsMinMax(jit.ScriptModule, UnsignedScaleStat):
     __constants__ = ["stats_reduce_dim", "keepdim"]
 
     def __init__(
-            self,
-            stats_reduce_dim: Optional[int] = None,
-            keepdim: bool = False,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        stats_reduce_dim: Optional[int] = None,
+        keepdim: bool = False,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
@@ -336,9 +343,10 @@ class _MeanSigmaStdImpl(jit.ScriptModule):
     __constants__ = ["stats_reduce_dim", "epsilon"]
 
     def __init__(
-            self,
-            stats_reduce_dim: Optional[int] = None,
-            std_dev_epsilon: float = DEFAULT_STD_DEV_EPSILON) -> None:
+        self,
+        stats_reduce_dim: Optional[int] = None,
+        std_dev_epsilon: float = DEFAULT_STD_DEV_EPSILON,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.stats_reduce_dim = _checked_dim(owner, stats_reduce_dim)
@@ -364,12 +372,13 @@ class MeanSigmaStd(jit.ScriptModule, UnsignedScaleStat):
     """mean(|x|) + sigma * std(|x|) with a constant sigma (see _MeanSigmaStdImpl)."""
 
     def __init__(
-            self,
-            sigma: float,
-            stats_reduce_dim: Optional[int] = None,
-            std_dev_epsilon: float = DEFAULT_STD_DEV_EPSILON,
-            dtype: Optional[torch.dtype] = None,
-            device: Optional[torch.device] = None) -> None:
+        self,
+        sigma: float,
+        stats_reduce_dim: Optional[int] = None,
+        std_dev_epsilon: float = DEFAULT_STD_DEV_EPSILON,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
         super().__init__()
         sigma = _checked_real(type(self).__name__, "sigma", sigma)
         self.impl = _MeanSigmaStdImpl(stats_reduce_dim, std_dev_epsilon)

@@ -26,10 +26,12 @@ def _checked_shape(owner: str, shape) -> Tuple[int, ...]:
     if isinstance(shape, torch.Size):
         return tuple(shape)
     if isinstance(shape, (tuple, list)) and all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape):
+        isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape
+    ):
         return tuple(shape)
     raise TypeError(
-        f"{owner}: stats_output_shape must be a tuple of ints (() for a scalar), got {shape!r}")
+        f"{owner}: stats_output_shape must be a tuple of ints (() for a scalar), got {shape!r}"
+    )
 
 
 class _Stats(jit.ScriptModule):
@@ -61,26 +63,30 @@ class _RuntimeStats(KeyPolicy, jit.ScriptModule):
     INIT_KEPT_KEYS = ("running_stats",)
 
     def __init__(
-            self,
-            stats_impl: nn.Module,
-            stats_output_shape: Tuple[int, ...],
-            stats_input_view_shape_impl: nn.Module,
-            stats_buffer_momentum: Optional[float],
-            dtype: Optional[torch.dtype],
-            device: Optional[torch.device]) -> None:
+        self,
+        stats_impl: nn.Module,
+        stats_output_shape: Tuple[int, ...],
+        stats_input_view_shape_impl: nn.Module,
+        stats_buffer_momentum: Optional[float],
+        dtype: Optional[torch.dtype],
+        device: Optional[torch.device],
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         stats_output_shape = _checked_shape(owner, stats_output_shape)
         stats_buffer_momentum = checked_momentum(
-            owner, "stats_buffer_momentum", stats_buffer_momentum)
+            owner, "stats_buffer_momentum", stats_buffer_momentum
+        )
         self.counter = jit.Attribute(0, int)
         self.stats_input_view_shape_impl = checked_module(
-            owner, "stats_input_view_shape_impl", stats_input_view_shape_impl)
+            owner, "stats_input_view_shape_impl", stats_input_view_shape_impl
+        )
         self.stats = _Stats(stats_impl, stats_output_shape)
         self.momentum = stats_buffer_momentum
         # Starts at 1 so that the first batch can be written with an in-place multiply.
         self.register_buffer(
-            "running_stats", torch.full(stats_output_shape, 1.0, dtype=dtype, device=device))
+            "running_stats", torch.full(stats_output_shape, 1.0, dtype=dtype, device=device)
+        )
 
     @jit.script_method
     def forward(self, stats_input: Tensor) -> Tensor:
@@ -94,7 +100,8 @@ class _RuntimeStats(KeyPolicy, jit.ScriptModule):
                 inplace_tensor_mul(self.running_stats, stats.detach())
             else:
                 inplace_momentum_update(
-                    self.running_stats, stats.detach(), self.momentum, self.counter, new_counter)
+                    self.running_stats, stats.detach(), self.momentum, self.counter, new_counter
+                )
             self.counter = new_counter
         else:
             stats = self.running_stats
@@ -112,33 +119,42 @@ class _ParameterListStats(jit.ScriptModule):
     __constants__ = ["stats_input_concat_dim"]
 
     def __init__(
-            self,
-            stats_impl: nn.Module,
-            stats_output_shape: Tuple[int, ...],
-            stats_input_view_shape_impl: nn.Module,
-            stats_input_concat_dim: int,
-            tracked_parameter_list: List[torch.nn.Parameter],
-            force_parameter: bool = False) -> None:
+        self,
+        stats_impl: nn.Module,
+        stats_output_shape: Tuple[int, ...],
+        stats_input_view_shape_impl: nn.Module,
+        stats_input_concat_dim: int,
+        tracked_parameter_list: List[torch.nn.Parameter],
+        force_parameter: bool = False,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         if isinstance(stats_input_concat_dim, bool) or not isinstance(stats_input_concat_dim, int):
             raise TypeError(
-                f"{owner}: stats_input_concat_dim must be an int, got {stats_input_concat_dim!r}")
+                f"{owner}: stats_input_concat_dim must be an int, got {stats_input_concat_dim!r}"
+            )
         if isinstance(tracked_parameter_list, torch.Tensor) or len(tracked_parameter_list) == 0:
             raise ValueError(
                 f"{owner}: tracked_parameter_list must be a non-empty list of parameters, "
-                f"got {tracked_parameter_list!r}")
+                f"got {tracked_parameter_list!r}"
+            )
         self.stats_input_concat_dim = stats_input_concat_dim
         tracked_parameter_list = list(tracked_parameter_list)
         if len(tracked_parameter_list) > 1 or force_parameter:
             self.first_tracked_param = _ViewParameterWrapper(
-                tracked_parameter_list[0], stats_input_view_shape_impl)
+                tracked_parameter_list[0], stats_input_view_shape_impl
+            )
         else:
             self.first_tracked_param = _ViewParameter(stats_input_view_shape_impl)
         if len(tracked_parameter_list) > 1:
-            self.extra_tracked_params_list = nn.ModuleList([
-                _ViewCatParameterWrapper(param, stats_input_view_shape_impl, stats_input_concat_dim)
-                for param in tracked_parameter_list[1:]])
+            self.extra_tracked_params_list = nn.ModuleList(
+                [
+                    _ViewCatParameterWrapper(
+                        param, stats_input_view_shape_impl, stats_input_concat_dim
+                    )
+                    for param in tracked_parameter_list[1:]
+                ]
+            )
         else:
             self.extra_tracked_params_list = None
         self.stats = _Stats(stats_impl, stats_output_shape)

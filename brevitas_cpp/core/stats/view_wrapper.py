@@ -12,6 +12,7 @@ from torch.nn import Module, Parameter
 from brevitas_cpp import config, jit
 from brevitas_cpp.core._checks import checked_module
 from brevitas_cpp.core._state_dict import KeyPolicy
+
 # Re-exported here, as Brevitas does, for code that imports it from this module.
 from brevitas_cpp.core.function_wrapper import StatsInputViewShapeImpl  # noqa: F401
 
@@ -21,7 +22,8 @@ _PARAMETER_NAME = "parameter"
 def _checked_parameter(owner: str, parameter) -> Parameter:
     if not isinstance(parameter, Parameter):
         raise TypeError(
-            f"{owner}: parameter must be a torch.nn.Parameter, got {type(parameter).__name__}")
+            f"{owner}: parameter must be a torch.nn.Parameter, got {type(parameter).__name__}"
+        )
     return parameter
 
 
@@ -43,7 +45,8 @@ class _ViewParameterWrapper(_TrackedParameterStateMixin, jit.ScriptModule):
         super().__init__()
         self.parameter = _checked_parameter(type(self).__name__, parameter)
         self.view_shape_impl = checked_module(
-            type(self).__name__, "view_shape_impl", view_shape_impl)
+            type(self).__name__, "view_shape_impl", view_shape_impl
+        )
 
     @jit.script_method
     def forward(self, x: Optional[Tensor]) -> Tensor:
@@ -60,7 +63,8 @@ class _ViewParameter(jit.ScriptModule):
     def __init__(self, view_shape_impl: Module) -> None:
         super().__init__()
         self.view_shape_impl = checked_module(
-            type(self).__name__, "view_shape_impl", view_shape_impl)
+            type(self).__name__, "view_shape_impl", view_shape_impl
+        )
 
     @jit.script_method
     def forward(self, x: Optional[Tensor]) -> Tensor:
@@ -79,7 +83,8 @@ class _ViewCatParameterWrapper(_TrackedParameterStateMixin, jit.ScriptModule):
         super().__init__()
         self.parameter = _checked_parameter(type(self).__name__, parameter)
         self.view_shape_impl = checked_module(
-            type(self).__name__, "view_shape_impl", view_shape_impl)
+            type(self).__name__, "view_shape_impl", view_shape_impl
+        )
         if isinstance(cat_dim, bool) or not isinstance(cat_dim, int):
             raise TypeError(f"{type(self).__name__}: cat_dim must be an int, got {cat_dim!r}")
         self.cat_dim = cat_dim

@@ -25,7 +25,8 @@ class TruncMixin(QuantProxyMixin):
             none_quant_injector=NoneTruncQuant,
             kwargs_prefix="",
             proxy_prefix="trunc_",
-            **kwargs)
+            **kwargs,
+        )
 
     @property
     def is_trunc_quant_enabled(self) -> bool:

@@ -31,7 +31,8 @@ class QuantInputMixin(QuantProxyMixin):
             kwargs_prefix="input_",
             input_act_impl=None,
             input_passthrough_act=True,
-            **kwargs)
+            **kwargs,
+        )
 
 
 class QuantOutputMixin(QuantProxyMixin):
@@ -48,7 +49,8 @@ class QuantOutputMixin(QuantProxyMixin):
             kwargs_prefix="output_",
             output_act_impl=None,
             output_passthrough_act=True,
-            **kwargs)
+            **kwargs,
+        )
 
 
 class QuantNonLinearActMixin(QuantProxyMixin):
@@ -57,16 +59,18 @@ class QuantNonLinearActMixin(QuantProxyMixin):
     Identity), so a QuantTensor input stays a QuantTensor with quantization off."""
 
     def __init__(
-            self,
-            act_impl: Optional[Type[Module]],
-            passthrough_act: bool,
-            act_quant: Optional[ActQuantType],
-            act_proxy_prefix="act_",
-            act_kwargs_prefix="",
-            **kwargs):
+        self,
+        act_impl: Optional[Type[Module]],
+        passthrough_act: bool,
+        act_quant: Optional[ActQuantType],
+        act_proxy_prefix="act_",
+        act_kwargs_prefix="",
+        **kwargs,
+    ):
         prefixed_kwargs = {
             act_kwargs_prefix + "act_impl": act_impl,
-            act_kwargs_prefix + "passthrough_act": passthrough_act}
+            act_kwargs_prefix + "passthrough_act": passthrough_act,
+        }
         mark_internal_kwargs(self, *prefixed_kwargs)
         QuantProxyMixin.__init__(
             self,
@@ -76,4 +80,5 @@ class QuantNonLinearActMixin(QuantProxyMixin):
             proxy_protocol=ActQuantProxyProtocol,
             none_quant_injector=NoneActQuant,
             **prefixed_kwargs,
-            **kwargs)
+            **kwargs,
+        )

@@ -21,8 +21,7 @@ from inspect import isclass
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Union
 
 import torch
-from torch import Tensor
-from torch import nn
+from torch import Tensor, nn
 
 from brevitas_cpp.inject import ExtendedInjector, Injector
 from brevitas_cpp.proxy.script import QuantTuple, ScriptableQuantModule, script_error
@@ -38,6 +37,7 @@ _BOOK = "_quant_kwargs_book"
 @dataclass
 class _Claim:
     """One QuantProxyMixin's claim on the layer's keyword arguments."""
+
     prefix: str  # kwargs_prefix
     argument: str  # the layer argument the quantizer came from, e.g. "weight_quant"
     quantizer: str  # what errors call it: the injector's name or the shared proxy's type
@@ -47,6 +47,7 @@ class _Claim:
 @dataclass
 class _KwargsBook:
     """Bookkeeping of one layer construction, dropped when the outermost __init__ returns."""
+
     kwargs: Dict[str, Any] = field(default_factory=dict)  # as the user passed them
     internal: Set[str] = field(default_factory=set)  # names the mixins add themselves
     claims: List[_Claim] = field(default_factory=list)
@@ -82,34 +83,42 @@ def _finish_construction(layer: Any, book: _KwargsBook) -> None:
 def _check_kwarg(layer: Any, book: _KwargsBook, name: str) -> None:
     layer_name = _layer_name(layer)
     value = book.kwargs[name]
-    prefixes = ", ".join(f"{c.prefix!r} ({c.argument})" if c.prefix else f"none ({c.argument})"
-                         for c in book.claims)
+    prefixes = ", ".join(
+        f"{c.prefix!r} ({c.argument})" if c.prefix else f"none ({c.argument})" for c in book.claims
+    )
     candidates = [c for c in book.claims if name.startswith(c.prefix)]
-    if any(c.vocabulary is not None and name[len(c.prefix):] in c.vocabulary for c in candidates):
+    if any(c.vocabulary is not None and name[len(c.prefix) :] in c.vocabulary for c in candidates):
         return
     if not candidates:
         raise TypeError(
             f"{layer_name}: unexpected keyword argument {name}={value!r}. Keywords beyond the "
             f"layer's own arguments set quantizer attributes and must start with a quantizer "
-            f"prefix; accepted prefixes: {prefixes}")
+            f"prefix; accepted prefixes: {prefixes}"
+        )
     shared = [c for c in candidates if c.vocabulary is None]
     if shared and len(shared) == len(candidates):
         c = shared[0]
         raise TypeError(
             f"{layer_name}: keyword argument {name}={value!r} can not be applied: {c.argument} "
             f"is a shared proxy instance ({c.quantizer}), whose quantizer is already built; "
-            f"configure that quantizer instead, or pass a quantizer class as {c.argument}")
+            f"configure that quantizer instead, or pass a quantizer class as {c.argument}"
+        )
     reasons = "; ".join(
         f"{c.argument}={c.quantizer} has no attribute or core-block argument "
-        f"{name[len(c.prefix):]!r}" for c in candidates if c.vocabulary is not None)
-    known = sorted({c.prefix + v for c in candidates if c.vocabulary is not None
-                    for v in c.vocabulary})
+        f"{name[len(c.prefix) :]!r}"
+        for c in candidates
+        if c.vocabulary is not None
+    )
+    known = sorted(
+        {c.prefix + v for c in candidates if c.vocabulary is not None for v in c.vocabulary}
+    )
     close = difflib.get_close_matches(name, known, n=3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise TypeError(
         f"{layer_name}: unknown keyword argument {name}={value!r}: {reasons}. A keyword "
         f"<prefix><name> sets attribute <name> of the quantizer the prefix selects; accepted "
-        f"prefixes: {prefixes}.{hint}")
+        f"prefixes: {prefixes}.{hint}"
+    )
 
 
 class _FinishesConstruction(type):
@@ -138,13 +147,14 @@ class QuantProxyMixin(ScriptableQuantModule, metaclass=_FinishesConstruction):
     """
 
     def __init__(
-            self,
-            quant,
-            proxy_protocol,
-            none_quant_injector,
-            proxy_prefix: str,
-            kwargs_prefix: str,
-            **kwargs):
+        self,
+        quant,
+        proxy_protocol,
+        none_quant_injector,
+        proxy_prefix: str,
+        kwargs_prefix: str,
+        **kwargs,
+    ):
         proxy_name = proxy_prefix + "quant"
         book = _book(self)
         book.kwargs.update(kwargs)
@@ -153,7 +163,8 @@ class QuantProxyMixin(ScriptableQuantModule, metaclass=_FinishesConstruction):
             quant = none_quant_injector
         if isclass(quant) and issubclass(quant, (Injector, ExtendedInjector)):
             book.claims.append(
-                _Claim(kwargs_prefix, proxy_name, quant.__name__, quantizer_vocabulary(quant)))
+                _Claim(kwargs_prefix, proxy_name, quant.__name__, quantizer_vocabulary(quant))
+            )
             injector = quant.let(**prefixed)
             proxy_class = self._proxy_class(injector, proxy_name)
             quant = proxy_class(self, injector)
@@ -166,7 +177,8 @@ class QuantProxyMixin(ScriptableQuantModule, metaclass=_FinishesConstruction):
                 f"ExtendedInjector subclass such as Int8WeightPerTensorFloat or "
                 f"Int8ActPerTensorFloat), a quant proxy instance of type "
                 f"{proxy_protocol.__name__} to share, or None; got {quant!r} "
-                f"({type(quant).__name__})")
+                f"({type(quant).__name__})"
+            )
         setattr(self, proxy_name, quant)
 
     def _proxy_class(self, injector: Any, proxy_name: str) -> type:
@@ -176,7 +188,8 @@ class QuantProxyMixin(ScriptableQuantModule, metaclass=_FinishesConstruction):
             raise TypeError(
                 f"{_layer_name(self)}: {proxy_name}={injector.__name__} defines no proxy_class; a "
                 f"quantizer given to a layer must derive from a solver (WeightQuantSolver, "
-                f"BiasQuantSolver, ActQuantSolver, TruncQuantSolver) or set proxy_class") from None
+                f"BiasQuantSolver, ActQuantSolver, TruncQuantSolver) or set proxy_class"
+            ) from None
 
 
 class QuantLayerMixin(ScriptableQuantModule):
@@ -191,7 +204,8 @@ class QuantLayerMixin(ScriptableQuantModule):
         if not isinstance(return_quant_tensor, bool):
             raise TypeError(
                 f"{_layer_name(self)}: return_quant_tensor must be a bool, got "
-                f"{return_quant_tensor!r} ({type(return_quant_tensor).__name__})")
+                f"{return_quant_tensor!r} ({type(return_quant_tensor).__name__})"
+            )
         self.accept_quant_tensor = True
         self.return_quant_tensor = return_quant_tensor
 
@@ -205,8 +219,11 @@ class QuantLayerMixin(ScriptableQuantModule):
         module would silently replace the user's layer in its parent)."""
         if self.return_quant_tensor:
             raise script_error(
-                self, "return_quant_tensor=True", "Build the layer with "
-                "return_quant_tensor=False (the default of most layers), or trace the model.")
+                self,
+                "return_quant_tensor=True",
+                "Build the layer with "
+                "return_quant_tensor=False (the default of most layers), or trace the model.",
+            )
         return self
 
     @property
@@ -234,7 +251,8 @@ class QuantLayerMixin(ScriptableQuantModule):
         if not isinstance(inp, (Tensor, QuantTensor)):
             raise TypeError(
                 f"{_layer_name(self)}: input must be a Tensor or a QuantTensor, got "
-                f"{type(inp).__name__}")
+                f"{type(inp).__name__}"
+            )
         return inp
 
     def pack_output(self, quant_output: Union[Tensor, QuantTensor]) -> Union[Tensor, QuantTensor]:
@@ -244,6 +262,6 @@ class QuantLayerMixin(ScriptableQuantModule):
             raise RuntimeError(
                 f"{_layer_name(self)}: return_quant_tensor=True, but the output is not "
                 f"quantized: enable output quantization (output_quant=...) or feed a quantized "
-                f"input to a layer whose weights are quantized")
+                f"input to a layer whose weights are quantized"
+            )
         return quant_output
-

@@ -39,7 +39,8 @@ class QuantWeightMixin(QuantProxyMixin):
             none_quant_injector=NoneWeightQuant,
             kwargs_prefix="weight_",
             proxy_prefix="weight_",
-            **kwargs)
+            **kwargs,
+        )
         self._cached_sub_tensor_slice_list_modules = None
 
     @property
@@ -47,9 +48,9 @@ class QuantWeightMixin(QuantProxyMixin):
         raise NotImplementedError(f"{type(self).__name__} does not define output_channel_dim")
 
     def quant_weight(
-            self,
-            quant_input: Optional[QuantTensor] = None,
-            subtensor_slice_list: Optional[List[Optional[Tuple[int, int]]]] = None
+        self,
+        quant_input: Optional[QuantTensor] = None,
+        subtensor_slice_list: Optional[List[Optional[Tuple[int, int]]]] = None,
     ) -> Union[Tensor, QuantTensor]:
         """The quantized weight (a QuantTensor), or the weight itself when quantization is off.
         subtensor_slice_list quantizes only a slice ((start, stop) or None per dim) with the
@@ -59,7 +60,8 @@ class QuantWeightMixin(QuantProxyMixin):
             return self._call_weight_quant(weight, quant_input)
         if self._cached_sub_tensor_slice_list_modules is None:
             self._cached_sub_tensor_slice_list_modules = [
-                m for m in self.weight_quant.modules() if hasattr(m, "subtensor_slice_list")]
+                m for m in self.weight_quant.modules() if hasattr(m, "subtensor_slice_list")
+            ]
         for m in self._cached_sub_tensor_slice_list_modules:
             m.subtensor_slice_list = subtensor_slice_list
         try:
@@ -85,10 +87,8 @@ class QuantBiasMixin(QuantProxyMixin):
     cache_inference_bias is accepted for Brevitas compatibility and unused, as there."""
 
     def __init__(
-            self,
-            bias_quant: Optional[BiasQuantType],
-            cache_inference_bias: bool = False,
-            **kwargs):
+        self, bias_quant: Optional[BiasQuantType], cache_inference_bias: bool = False, **kwargs
+    ):
         QuantProxyMixin.__init__(
             self,
             quant=bias_quant,
@@ -96,7 +96,8 @@ class QuantBiasMixin(QuantProxyMixin):
             none_quant_injector=NoneBiasQuant,
             kwargs_prefix="bias_",
             proxy_prefix="bias_",
-            **kwargs)
+            **kwargs,
+        )
 
     def quant_bias(self) -> Optional[Union[Tensor, QuantTensor]]:
         """The bias quantized on its own (no input scale), None without a bias."""

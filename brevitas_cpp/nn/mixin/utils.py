@@ -24,15 +24,26 @@ import brevitas_cpp.core as core
 __all__ = ["filter_kwargs", "core_block_argument_names", "quantizer_vocabulary"]
 
 # Read by brevitas_cpp.proxy straight off the quantizer, not through any core block.
-PROXY_READ_ATTRIBUTES: FrozenSet[str] = frozenset({
-    "proxy_class", "tensor_quant", "signed", "narrow_range", "float_to_int_impl_type",
-    "float_to_int_impl", "update_state_dict_impl", "requires_input_scale", "scaling_per_output",
-    "act_impl", "passthrough_act"})
+PROXY_READ_ATTRIBUTES: FrozenSet[str] = frozenset(
+    {
+        "proxy_class",
+        "tensor_quant",
+        "signed",
+        "narrow_range",
+        "float_to_int_impl_type",
+        "float_to_int_impl",
+        "update_state_dict_impl",
+        "requires_input_scale",
+        "scaling_per_output",
+        "act_impl",
+        "passthrough_act",
+    }
+)
 
 
 def filter_kwargs(kwargs_prefix: str, kwargs: Mapping[str, Any]) -> Dict[str, Any]:
     """The entries of kwargs whose name starts with kwargs_prefix, with the prefix removed."""
-    return {k[len(kwargs_prefix):]: v for k, v in kwargs.items() if k.startswith(kwargs_prefix)}
+    return {k[len(kwargs_prefix) :]: v for k, v in kwargs.items() if k.startswith(kwargs_prefix)}
 
 
 def _init_argument_names(cls: type) -> Iterable[str]:

@@ -16,6 +16,8 @@ from brevitas_cpp.core.scaling import (
 )
 from brevitas_cpp.inject.enum import ScalingImplType, ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
+from brevitas_cpp.proxy.runtime_quant import ActQuantProxyFromInjector
+from brevitas_cpp.proxy.utils import ConvertRuntimeStatsToParameter
 from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveAffineRescalingFromEnum,
@@ -34,8 +36,6 @@ from brevitas_cpp.quant.solver.common import (
     unsupported,
 )
 from brevitas_cpp.quant.solver.parameter import SolveInputViewImpl, _SolveScalingInitFromImpl
-from brevitas_cpp.proxy.runtime_quant import ActQuantProxyFromInjector
-from brevitas_cpp.proxy.utils import ConvertRuntimeStatsToParameter
 
 __all__ = [
     "ConvertRuntimeStatsToParameter",
@@ -59,7 +59,8 @@ class MinMaxScalingInit:
             if bound is None or isinstance(bound, bool):
                 raise QuantizerSolveError(
                     f"MinMaxScalingInit: {name} must be a number, got {bound!r} (a signed "
-                    f"quantizer initialised from a range needs both min_val and max_val)")
+                    f"quantizer initialised from a range needs both min_val and max_val)"
+                )
         self.scaling_init = torch.tensor(max(abs(float(min_val)), abs(float(max_val))))
 
     def __call__(self) -> torch.Tensor:
@@ -67,7 +68,6 @@ class MinMaxScalingInit:
 
 
 class SolveActScalingImplFromEnum(SolveAffineRescalingFromEnum):
-
     @value
     def scaling_impl(__self__, scaling_impl_type=None):
         # No scaling_impl_type: a quantizer without a scale.
@@ -75,9 +75,13 @@ class SolveActScalingImplFromEnum(SolveAffineRescalingFromEnum):
             return None
         impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
         if impl_type == ScalingImplType.HE:
-            raise unsupported(__self__, "scaling_impl_type", impl_type,
-                              "is for weights (it needs a fan-in); activations accept CONST, "
-                              "STATS, AFFINE_STATS, PARAMETER, PARAMETER_FROM_STATS")
+            raise unsupported(
+                __self__,
+                "scaling_impl_type",
+                impl_type,
+                "is for weights (it needs a fan-in); activations accept CONST, "
+                "STATS, AFFINE_STATS, PARAMETER, PARAMETER_FROM_STATS",
+            )
         return {
             ScalingImplType.PARAMETER: ParameterScaling,
             ScalingImplType.PARAMETER_FROM_STATS: ParameterFromRuntimeStatsScaling,
@@ -88,7 +92,6 @@ class SolveActScalingImplFromEnum(SolveAffineRescalingFromEnum):
 
 
 class SolveActTensorQuantFromEnum(SolveIntQuantFromEnum):
-
     # Binary activations are clamped to [-scale, scale] first.
     @value
     def tensor_quant(quant_type, __self__, signed=None):
@@ -96,7 +99,6 @@ class SolveActTensorQuantFromEnum(SolveIntQuantFromEnum):
 
 
 class SolveActScalingInitFromEnum(_SolveScalingInitFromImpl):
-
     @value
     def scaling_init_impl(scaling_impl_type, __self__):
         impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
@@ -111,7 +113,6 @@ class SolveActScalingInitFromEnum(_SolveScalingInitFromImpl):
 
 
 class SolveActScalingShape(ExtendedInjector):
-
     @value
     def scaling_shape(scaling_per_output, __self__, per_channel_broadcastable_shape=None):
         if scaling_per_output == ScalingPerOutputType.TENSOR:
@@ -121,20 +122,19 @@ class SolveActScalingShape(ExtendedInjector):
                 raise QuantizerSolveError(
                     f"{quantizer_name(__self__)}: per-channel activation scaling needs "
                     f"per_channel_broadcastable_shape (e.g. (1, C, 1, 1)): an activation's channel "
-                    f"count can not be inferred from a layer")
+                    f"count can not be inferred from a layer"
+                )
             return per_channel_broadcastable_shape
         return None
 
 
 class SolveActScalingPerOutputChannelShape(ExtendedInjector):
-
     @value
     def scaling_per_output_channel_shape(per_channel_broadcastable_shape):
         return per_channel_broadcastable_shape
 
 
 class SolveUpdateStateDictImplFromEnum(ExtendedInjector):
-
     @value
     def update_state_dict_impl(scaling_impl_type, __self__):
         impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
@@ -143,22 +143,25 @@ class SolveUpdateStateDictImplFromEnum(ExtendedInjector):
         return None
 
 
-class ActQuantSolver(SolveActTensorQuantFromEnum,
-                     SolveActScalingImplFromEnum,
-                     SolveIntScalingImplFromEnum,
-                     SolveBitWidthImplFromEnum,
-                     SolveTensorQuantFloatToIntImplFromEnum,
-                     SolveScalingStatsOpFromEnum,
-                     SolveRestrictScalingImplFromEnum,
-                     SolveActScalingInitFromEnum,
-                     SolveStatsReduceDimFromEnum,
-                     SolveActScalingShape,
-                     SolveScalingStatsInputViewShapeImplFromEnum,
-                     SolveActScalingPerOutputChannelShape,
-                     SolveUpdateStateDictImplFromEnum,
-                     SolveInputViewImpl,
-                     SolveScaleSignedness):
+class ActQuantSolver(
+    SolveActTensorQuantFromEnum,
+    SolveActScalingImplFromEnum,
+    SolveIntScalingImplFromEnum,
+    SolveBitWidthImplFromEnum,
+    SolveTensorQuantFloatToIntImplFromEnum,
+    SolveScalingStatsOpFromEnum,
+    SolveRestrictScalingImplFromEnum,
+    SolveActScalingInitFromEnum,
+    SolveStatsReduceDimFromEnum,
+    SolveActScalingShape,
+    SolveScalingStatsInputViewShapeImplFromEnum,
+    SolveActScalingPerOutputChannelShape,
+    SolveUpdateStateDictImplFromEnum,
+    SolveInputViewImpl,
+    SolveScaleSignedness,
+):
     """Turns enum settings into activation quantization blocks. List it last among a quantizer's
     bases: earlier bases (and the quantizer's own attributes) override it.
     """
+
     proxy_class = ActQuantProxyFromInjector

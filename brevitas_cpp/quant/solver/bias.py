@@ -4,6 +4,7 @@
 from brevitas_cpp.core.quant import PrescaledRestrictIntQuant, RescalingIntQuant
 from brevitas_cpp.inject.enum import QuantType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
+from brevitas_cpp.proxy.parameter_quant import BiasQuantProxyFromInjector
 from brevitas_cpp.quant.solver.common import (
     SolveBitWidthImplFromEnum,
     SolveDtypeDeviceFromTrackedParameterList,
@@ -26,7 +27,6 @@ from brevitas_cpp.quant.solver.parameter import (
     require_module,
 )
 from brevitas_cpp.quant.solver.weight import shared_property
-from brevitas_cpp.proxy.parameter_quant import BiasQuantProxyFromInjector
 
 __all__ = [
     "BiasQuantSolver",
@@ -48,17 +48,16 @@ def layer_bias_channels(layer) -> int:
 
 
 class SolveBiasScalingPerOutputChannelShapeFromModule(ExtendedInjector):
-
     @value
     def scaling_per_output_channel_shape(__self__, module=None):
         module = require_module(module, __self__, "scaling_per_output_channel_shape")
-        channels = shared_property(module, layer_bias_channels, "the number of output channels",
-                                   __self__)
+        channels = shared_property(
+            module, layer_bias_channels, "the number of output channels", __self__
+        )
         return (channels,)
 
 
 class SolveBiasTensorQuantFromEnum(SolveIntQuantFromEnum):
-
     @value
     def tensor_quant(quant_type, requires_input_scale, __self__):
         kind = to_enum(QuantType, quant_type, "quant_type", __self__)
@@ -66,27 +65,31 @@ class SolveBiasTensorQuantFromEnum(SolveIntQuantFromEnum):
             return None
         if kind == QuantType.INT:
             return PrescaledRestrictIntQuant if requires_input_scale else RescalingIntQuant
-        raise unsupported(__self__, "quant_type", kind, "is not supported for biases; accepted: "
-                          "INT, FP")
+        raise unsupported(
+            __self__, "quant_type", kind, "is not supported for biases; accepted: INT, FP"
+        )
 
 
-class BiasQuantSolver(SolveScalingStatsInputViewShapeImplFromEnum,
-                      SolveParameterScalingShape,
-                      SolveStatsReduceDimFromEnum,
-                      SolveScalingStatsOpFromEnum,
-                      SolveTensorQuantFloatToIntImplFromEnum,
-                      SolveRestrictScalingImplFromEnum,
-                      SolveIntScalingImplFromEnum,
-                      SolveParameterScalingImplFromEnum,
-                      SolveParameterTensorClampImplFromEnum,
-                      SolveParameterScalingInitFromEnum,
-                      SolveBitWidthImplFromEnum,
-                      SolveBiasScalingPerOutputChannelShapeFromModule,
-                      SolveBiasScalingStatsInputConcatDimFromModule,
-                      SolveBiasTensorQuantFromEnum,
-                      SolveDtypeDeviceFromTrackedParameterList,
-                      SolveInputViewImpl):
+class BiasQuantSolver(
+    SolveScalingStatsInputViewShapeImplFromEnum,
+    SolveParameterScalingShape,
+    SolveStatsReduceDimFromEnum,
+    SolveScalingStatsOpFromEnum,
+    SolveTensorQuantFloatToIntImplFromEnum,
+    SolveRestrictScalingImplFromEnum,
+    SolveIntScalingImplFromEnum,
+    SolveParameterScalingImplFromEnum,
+    SolveParameterTensorClampImplFromEnum,
+    SolveParameterScalingInitFromEnum,
+    SolveBitWidthImplFromEnum,
+    SolveBiasScalingPerOutputChannelShapeFromModule,
+    SolveBiasScalingStatsInputConcatDimFromModule,
+    SolveBiasTensorQuantFromEnum,
+    SolveDtypeDeviceFromTrackedParameterList,
+    SolveInputViewImpl,
+):
     """Turns enum settings into bias quantization blocks. List it last among a quantizer's
     bases: earlier bases (and the quantizer's own attributes) override it.
     """
+
     proxy_class = BiasQuantProxyFromInjector

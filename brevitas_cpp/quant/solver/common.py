@@ -91,7 +91,8 @@ def to_enum(enum_cls: Type[AutoName], setting: Any, attr: str, quantizer: Any = 
     except ValueError:
         raise QuantizerSolveError(
             f"{quantizer_name(quantizer)}: {attr}={setting!r} is not a valid {enum_cls.__name__}; "
-            f"accepted (case-insensitive): {_accepted(enum_cls)}") from None
+            f"accepted (case-insensitive): {_accepted(enum_cls)}"
+        ) from None
 
 
 def unsupported(quantizer: Any, attr: str, setting: Any, why: str) -> QuantizerSolveError:
@@ -102,13 +103,18 @@ def unsupported(quantizer: Any, attr: str, setting: Any, why: str) -> QuantizerS
 def require_signed(quant_type: Any, signed: Any, quantizer: Any) -> None:
     """Binary and ternary values are {-s, s} and {-s, 0, s}: there is no unsigned variant."""
     if signed is not None and not signed:
-        raise unsupported(quantizer, "quant_type", quant_type,
-                          f"is always signed, but the quantizer sets signed={signed!r}; use "
-                          f"an INT quantizer (e.g. with UintQuant) for unsigned values")
+        raise unsupported(
+            quantizer,
+            "quant_type",
+            quant_type,
+            f"is always signed, but the quantizer sets signed={signed!r}; use "
+            f"an INT quantizer (e.g. with UintQuant) for unsigned values",
+        )
 
 
-def solve_scaled_tensor_quant(quant_type: Any, signed: Any, quantizer: Any,
-                              binary_quant: type) -> Optional[type]:
+def solve_scaled_tensor_quant(
+    quant_type: Any, signed: Any, quantizer: Any, binary_quant: type
+) -> Optional[type]:
     """The tensor quantizer of a weight or activation quantizer: none for FP, RescalingIntQuant
     for INT, TernaryQuant or binary_quant (which differ between the two) for the signed-only
     TERNARY and BINARY."""
@@ -126,10 +132,12 @@ def _check_bit_width(bit_width: Any, quantizer: Any) -> None:
     if isinstance(bit_width, bool) or not isinstance(bit_width, int):
         raise QuantizerSolveError(
             f"{quantizer_name(quantizer)}: bit_width must be an int >= 1, got {bit_width!r} "
-            f"({type(bit_width).__name__})")
+            f"({type(bit_width).__name__})"
+        )
     if bit_width < 1:
         raise QuantizerSolveError(
-            f"{quantizer_name(quantizer)}: bit_width must be an int >= 1, got {bit_width}")
+            f"{quantizer_name(quantizer)}: bit_width must be an int >= 1, got {bit_width}"
+        )
 
 
 # ---- enum -> class tables ---------------------------------------------------------------------
@@ -137,7 +145,8 @@ def _check_bit_width(bit_width: Any, quantizer: Any) -> None:
 
 # The inverse of the rounding-mode table (ROUNDING_MODE_OF_IMPL).
 _IMPL_OF_FLOAT_TO_INT_TYPE = {
-    FloatToIntImplType[mode.upper()]: impl for impl, mode in ROUNDING_MODE_OF_IMPL.items()}
+    FloatToIntImplType[mode.upper()]: impl for impl, mode in ROUNDING_MODE_OF_IMPL.items()
+}
 
 
 def solve_float_to_int_impl_from_enum(impl_type: Any, quantizer: Any = None) -> type:
@@ -166,8 +175,12 @@ def solve_restrict_value_impl_from_enum(impl_type: Any, quantizer: Any = None) -
         RestrictValueType.POWER_OF_TWO: PowerOfTwoRestrictValue,
     }
     if impl_type not in table:
-        raise unsupported(quantizer, "restrict_scaling_type", impl_type,
-                          "is not supported for scale factors; accepted: FP, LOG_FP, POWER_OF_TWO")
+        raise unsupported(
+            quantizer,
+            "restrict_scaling_type",
+            impl_type,
+            "is not supported for scale factors; accepted: FP, LOG_FP, POWER_OF_TWO",
+        )
     return table[impl_type]
 
 
@@ -175,14 +188,12 @@ def solve_restrict_value_impl_from_enum(impl_type: Any, quantizer: Any = None) -
 
 
 class SolveRestrictScalingImplFromEnum(ExtendedInjector):
-
     @value
     def restrict_scaling_impl(restrict_scaling_type, __self__):
         return solve_restrict_value_impl_from_enum(restrict_scaling_type, __self__)
 
 
 class SolveBitWidthImplFromEnum(ExtendedInjector):
-
     @value
     def bit_width_impl(bit_width_impl_type, __self__, bit_width=None):
         impl = solve_bit_width_impl_from_enum(bit_width_impl_type, __self__)
@@ -193,7 +204,6 @@ class SolveBitWidthImplFromEnum(ExtendedInjector):
 
 
 class SolveScalingStatsOpFromEnum(ExtendedInjector):
-
     @value
     def scaling_stats_impl(__self__, scaling_stats_op=None):
         if scaling_stats_op is None:
@@ -211,7 +221,6 @@ class SolveScalingStatsOpFromEnum(ExtendedInjector):
 
 
 class SolveAffineRescalingFromEnum(ExtendedInjector):
-
     @value
     def affine_rescaling(scaling_impl_type, __self__):
         impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
@@ -223,7 +232,6 @@ class SolveAffineRescalingFromEnum(ExtendedInjector):
 
 
 class SolveIntQuantFromEnum(ExtendedInjector):
-
     @value
     def int_quant(quant_type, __self__):
         if to_enum(QuantType, quant_type, "quant_type", __self__) == QuantType.INT:
@@ -232,32 +240,38 @@ class SolveIntQuantFromEnum(ExtendedInjector):
 
 
 class SolveTensorQuantFloatToIntImplFromEnum(ExtendedInjector):
-
     @value
     def float_to_int_impl(float_to_int_impl_type, __self__):
         return solve_float_to_int_impl_from_enum(float_to_int_impl_type, __self__)
 
 
 class SolveIntScalingImplFromEnum(ExtendedInjector):
-
     @value
     def int_scaling_impl(restrict_scaling_type, __self__):
-        impl_type = to_enum(RestrictValueType, restrict_scaling_type, "restrict_scaling_type",
-                            __self__)
+        impl_type = to_enum(
+            RestrictValueType, restrict_scaling_type, "restrict_scaling_type", __self__
+        )
         if impl_type in (RestrictValueType.FP, RestrictValueType.LOG_FP):
             return IntScaling
         if impl_type == RestrictValueType.POWER_OF_TWO:
             return PowerOfTwoIntScaling
-        raise unsupported(__self__, "restrict_scaling_type", impl_type,
-                          "is not supported for scale factors; accepted: FP, LOG_FP, POWER_OF_TWO")
+        raise unsupported(
+            __self__,
+            "restrict_scaling_type",
+            impl_type,
+            "is not supported for scale factors; accepted: FP, LOG_FP, POWER_OF_TWO",
+        )
 
 
 def _scaling_per_output(quantizer: Any, setting: Any) -> ScalingPerOutputType:
     per_output = to_enum(ScalingPerOutputType, setting, "scaling_per_output_type", quantizer)
     if per_output == ScalingPerOutputType.GROUP:
-        raise unsupported(quantizer, "scaling_per_output_type", per_output,
-                          "(per-group scaling) is not supported by brevitas_cpp; accepted: TENSOR, "
-                          "CHANNEL")
+        raise unsupported(
+            quantizer,
+            "scaling_per_output_type",
+            per_output,
+            "(per-group scaling) is not supported by brevitas_cpp; accepted: TENSOR, CHANNEL",
+        )
     return per_output
 
 
@@ -268,12 +282,12 @@ def _is_max_ave(scaling_stats_op: Any, quantizer: Any) -> bool:
 
 
 class SolveStatsReduceDimFromEnum(ExtendedInjector):
-
     @value
     def stats_reduce_dim(scaling_stats_op, scaling_per_output, __self__):
         # MAX_AVE reduces over the channel dim first, so it needs per-channel statistics.
-        if scaling_per_output == ScalingPerOutputType.CHANNEL or _is_max_ave(scaling_stats_op,
-                                                                              __self__):
+        if scaling_per_output == ScalingPerOutputType.CHANNEL or _is_max_ave(
+            scaling_stats_op, __self__
+        ):
             return SCALING_STATS_REDUCE_DIM
         return None
 
@@ -284,19 +298,22 @@ class SolveStatsReduceDimFromEnum(ExtendedInjector):
     @value
     def scaling_per_output(__self__, scaling_per_output_type=None, scaling_per_output_channel=None):
         if scaling_per_output_channel is not None:
-            return (ScalingPerOutputType.CHANNEL
-                    if scaling_per_output_channel else ScalingPerOutputType.TENSOR)
+            return (
+                ScalingPerOutputType.CHANNEL
+                if scaling_per_output_channel
+                else ScalingPerOutputType.TENSOR
+            )
         if scaling_per_output_type is not None:
             return _scaling_per_output(__self__, scaling_per_output_type)
         return None
 
 
 class SolveScalingStatsInputViewShapeImplFromEnum(ExtendedInjector):
-
     @value
     def scaling_stats_input_view_shape_impl(scaling_stats_op, scaling_per_output, __self__):
-        if scaling_per_output == ScalingPerOutputType.CHANNEL or _is_max_ave(scaling_stats_op,
-                                                                              __self__):
+        if scaling_per_output == ScalingPerOutputType.CHANNEL or _is_max_ave(
+            scaling_stats_op, __self__
+        ):
             return StatsInputViewShapeImpl.OVER_OUTPUT_CHANNELS
         if scaling_per_output == ScalingPerOutputType.TENSOR:
             return StatsInputViewShapeImpl.OVER_TENSOR
@@ -309,7 +326,6 @@ class SolveScalingStatsInputViewShapeImplFromEnum(ExtendedInjector):
 
 
 class SolveDtypeDeviceFromTrackedParameterList(ExtendedInjector):
-
     @value
     def dtype(tracked_parameter_list):
         return tracked_parameter_list[0].dtype if len(tracked_parameter_list) > 0 else None
@@ -330,7 +346,6 @@ def _stats_scale_signedness(scaling_stats_impl: Any) -> bool:
 
 
 class SolveScaleSignedness(ExtendedInjector):
-
     @value
     def is_scale_unsigned(scaling_stats_impl=None, scaling_init=None):
         if scaling_init is not None:

@@ -53,7 +53,8 @@ class HeScalingInit:
         if len(tracked_parameter_list) == 0:
             raise QuantizerSolveError(
                 "HeScalingInit: tracked_parameter_list is empty; He initialisation needs at least "
-                "one parameter to take the fan-in from")
+                "one parameter to take the fan-in from"
+            )
         self.tracked_parameter_list = tracked_parameter_list
 
     def __call__(self) -> Tensor:
@@ -68,18 +69,24 @@ class HeScalingInit:
 
 # Scales learned by backprop need the clamp's gradient masked outside the range; a bit width
 # learned by backprop too. Otherwise the clamp is straight-through.
-_LEARNED_SCALING = (ScalingImplType.AFFINE_STATS, ScalingImplType.PARAMETER_FROM_STATS,
-                    ScalingImplType.PARAMETER)
+_LEARNED_SCALING = (
+    ScalingImplType.AFFINE_STATS,
+    ScalingImplType.PARAMETER_FROM_STATS,
+    ScalingImplType.PARAMETER,
+)
 
 
 class SolveParameterTensorClampImplFromEnum(ExtendedInjector):
-
     @value
     def tensor_clamp_impl(bit_width_impl_type, scaling_impl_type, __self__):
-        learned_bit_width = to_enum(BitWidthImplType, bit_width_impl_type, "bit_width_impl_type",
-                                    __self__) == BitWidthImplType.PARAMETER
-        learned_scale = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type",
-                                __self__) in _LEARNED_SCALING
+        learned_bit_width = (
+            to_enum(BitWidthImplType, bit_width_impl_type, "bit_width_impl_type", __self__)
+            == BitWidthImplType.PARAMETER
+        )
+        learned_scale = (
+            to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
+            in _LEARNED_SCALING
+        )
         return TensorClamp if learned_bit_width or learned_scale else TensorClampSte
 
 
@@ -100,7 +107,6 @@ class _SolveScalingInitFromImpl(ExtendedInjector):
 
 
 class SolveParameterScalingInitFromEnum(_SolveScalingInitFromImpl):
-
     @value
     def scaling_init_impl(scaling_impl_type, __self__):
         impl_type = to_enum(ScalingImplType, scaling_impl_type, "scaling_impl_type", __self__)
@@ -112,7 +118,6 @@ class SolveParameterScalingInitFromEnum(_SolveScalingInitFromImpl):
 
 
 class SolveParameterScalingImplFromEnum(SolveAffineRescalingFromEnum):
-
     @value
     def scaling_impl(__self__, scaling_impl_type=None):
         # No scaling_impl_type: a quantizer without a scale.
@@ -130,7 +135,6 @@ class SolveParameterScalingImplFromEnum(SolveAffineRescalingFromEnum):
 
 
 class SolveParameterScalingShape(ExtendedInjector):
-
     @value
     def scaling_shape(scaling_per_output):
         if scaling_per_output == ScalingPerOutputType.TENSOR:
@@ -142,7 +146,6 @@ class SolveParameterScalingShape(ExtendedInjector):
 
 
 class SolveInputViewImpl(ExtendedInjector):
-
     @value
     def input_view_impl(scaling_per_output):
         # Only per-group scaling (unsupported here) reshapes the input.
@@ -156,5 +159,6 @@ def require_module(module, quantizer, attr: str):
             f"{quantizer_name(quantizer)}: {attr} is inferred from the layer the quantizer is "
             f"applied to, but no `module` was given (per-channel scaling needs the layer to know "
             f"the number of output channels); pass module=<layer> (e.g. with .let(module=...)) or "
-            f"define {attr} on the quantizer")
+            f"define {attr} on the quantizer"
+        )
     return module

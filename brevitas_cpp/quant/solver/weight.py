@@ -12,6 +12,7 @@ from torch import nn
 from brevitas_cpp.core.quant import BinaryQuant
 from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
+from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
 from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveBitWidthImplFromEnum,
@@ -35,7 +36,6 @@ from brevitas_cpp.quant.solver.parameter import (
     SolveParameterTensorClampImplFromEnum,
     require_module,
 )
-from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
 
 __all__ = [
     "SolveWeightTensorQuantFromEnum",
@@ -48,7 +48,6 @@ __all__ = [
 
 
 class SolveWeightTensorQuantFromEnum(SolveIntQuantFromEnum):
-
     @value
     def tensor_quant(quant_type, __self__, signed=None):
         return solve_scaled_tensor_quant(quant_type, signed, __self__, BinaryQuant)
@@ -82,22 +81,22 @@ def shared_property(module: Any, read: Callable[[Any], Any], what: str, quantize
     if any(v != values[0] for v in values):
         raise QuantizerSolveError(
             f"{quantizer_name(quantizer)}: the layers sharing this quantizer disagree on {what}: "
-            f"{values}")
+            f"{values}"
+        )
     return values[0]
 
 
 def _weight_rank(module: Any, quantizer: Any) -> int:
-    return shared_property(module, lambda layer: layer.weight.dim(), "the weight's rank",
-                           quantizer)
+    return shared_property(module, lambda layer: layer.weight.dim(), "the weight's rank", quantizer)
 
 
 class SolveWeightScalingPerOutputChannelShapeFromModule(ExtendedInjector):
-
     @value
     def out_channels(__self__, module=None):
         module = require_module(module, __self__, "out_channels")
-        return shared_property(module, layer_output_channels, "the number of output channels",
-                               __self__)
+        return shared_property(
+            module, layer_output_channels, "the number of output channels", __self__
+        )
 
     @value
     def weight_ndims(__self__, module=None):
@@ -111,7 +110,6 @@ class SolveWeightScalingPerOutputChannelShapeFromModule(ExtendedInjector):
 
 
 class SolveWeightScalingStatsInputDimsFromModule(ExtendedInjector):
-
     # Per-channel stats see the weight as [C_out, rest]; shared weights concatenate along rest.
     @value
     def scaling_stats_input_concat_dim(scaling_per_output):
@@ -137,24 +135,27 @@ class SolveWeightScalingStatsInputDimsFromModule(ExtendedInjector):
         return shared_property(module, layer_output_channel_dim, "output_channel_dim", __self__)
 
 
-class WeightQuantSolver(SolveStatsReduceDimFromEnum,
-                        SolveWeightScalingStatsInputDimsFromModule,
-                        SolveScalingStatsInputViewShapeImplFromEnum,
-                        SolveScalingStatsOpFromEnum,
-                        SolveBitWidthImplFromEnum,
-                        SolveTensorQuantFloatToIntImplFromEnum,
-                        SolveRestrictScalingImplFromEnum,
-                        SolveIntScalingImplFromEnum,
-                        SolveParameterScalingImplFromEnum,
-                        SolveParameterTensorClampImplFromEnum,
-                        SolveParameterScalingInitFromEnum,
-                        SolveParameterScalingShape,
-                        SolveWeightScalingPerOutputChannelShapeFromModule,
-                        SolveWeightTensorQuantFromEnum,
-                        SolveDtypeDeviceFromTrackedParameterList,
-                        SolveInputViewImpl,
-                        SolveScaleSignedness):
+class WeightQuantSolver(
+    SolveStatsReduceDimFromEnum,
+    SolveWeightScalingStatsInputDimsFromModule,
+    SolveScalingStatsInputViewShapeImplFromEnum,
+    SolveScalingStatsOpFromEnum,
+    SolveBitWidthImplFromEnum,
+    SolveTensorQuantFloatToIntImplFromEnum,
+    SolveRestrictScalingImplFromEnum,
+    SolveIntScalingImplFromEnum,
+    SolveParameterScalingImplFromEnum,
+    SolveParameterTensorClampImplFromEnum,
+    SolveParameterScalingInitFromEnum,
+    SolveParameterScalingShape,
+    SolveWeightScalingPerOutputChannelShapeFromModule,
+    SolveWeightTensorQuantFromEnum,
+    SolveDtypeDeviceFromTrackedParameterList,
+    SolveInputViewImpl,
+    SolveScaleSignedness,
+):
     """Turns enum settings and the layer's shape into weight quantization blocks. List it last
     among a quantizer's bases: earlier bases (and the quantizer's own attributes) override it.
     """
+
     proxy_class = WeightQuantProxyFromInjector

@@ -22,8 +22,8 @@ class BinaryQuantFunction : public torch::autograd::Function<BinaryQuantFunction
     if (!grad[0].defined()) return {at::Tensor(), at::Tensor()};
     const auto saved = ctx->get_saved_variables();
     const std::optional<at::Tensor> x = saved[0].defined() ? std::optional<at::Tensor>(saved[0]) : std::nullopt;
-    auto [gx, gs] = ops::_binary_quant_backward(grad[0], x, saved[1],
-                                                {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
+    auto [gx, gs] =
+        ops::_binary_quant_backward(grad[0], x, saved[1], {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
     return {gx, gs};
   }
 };

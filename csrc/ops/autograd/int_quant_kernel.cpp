@@ -42,8 +42,8 @@ class IntQuantFunction : public torch::autograd::Function<IntQuantFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& grad = grad_outputs[0];
-    const std::array<bool, 4> output_mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                          ctx->needs_input_grad(2), ctx->needs_input_grad(3)};
+    const std::array<bool, 4> output_mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2),
+                                          ctx->needs_input_grad(3)};
     variable_list out(8);
     if (!grad.defined()) return out;
     auto opt = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };

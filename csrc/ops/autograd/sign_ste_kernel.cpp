@@ -23,7 +23,9 @@ class AbsBinarySignGradFunction : public torch::autograd::Function<AbsBinarySign
   }
 };
 
-at::Tensor abs_binary_sign_grad_autograd(const at::Tensor& x) { return AbsBinarySignGradFunction::apply(x); }
+at::Tensor abs_binary_sign_grad_autograd(const at::Tensor& x) {
+  return AbsBinarySignGradFunction::apply(x);
+}
 
 }  // namespace
 

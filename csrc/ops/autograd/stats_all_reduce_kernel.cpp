@@ -15,8 +15,7 @@ namespace {
 
 class AllReduceMeanFunction : public torch::autograd::Function<AllReduceMeanFunction> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const std::string& group_name) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const std::string& group_name) {
     at::AutoDispatchBelowADInplaceOrView guard;
     // The backward reduces over the ranks the forward did, even if the setting changes since.
     ctx->saved_data["group_name"] = group_name;

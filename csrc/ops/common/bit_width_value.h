@@ -17,17 +17,26 @@ namespace brevitas_cpp {
 // The value at p of a tensor of dtype t (a real dtype: check_bit_width_dtype).
 C10_HOST_DEVICE inline double load_single_value(const void* p, c10::ScalarType t) {
   switch (t) {
-    case c10::ScalarType::Float: return static_cast<double>(*static_cast<const float*>(p));
-    case c10::ScalarType::Double: return *static_cast<const double*>(p);
-    case c10::ScalarType::Half: return static_cast<double>(static_cast<float>(*static_cast<const c10::Half*>(p)));
+    case c10::ScalarType::Float:
+      return static_cast<double>(*static_cast<const float*>(p));
+    case c10::ScalarType::Double:
+      return *static_cast<const double*>(p);
+    case c10::ScalarType::Half:
+      return static_cast<double>(static_cast<float>(*static_cast<const c10::Half*>(p)));
     case c10::ScalarType::BFloat16:
       return static_cast<double>(static_cast<float>(*static_cast<const c10::BFloat16*>(p)));
-    case c10::ScalarType::Long: return static_cast<double>(*static_cast<const int64_t*>(p));
-    case c10::ScalarType::Int: return static_cast<double>(*static_cast<const int32_t*>(p));
-    case c10::ScalarType::Short: return static_cast<double>(*static_cast<const int16_t*>(p));
-    case c10::ScalarType::Char: return static_cast<double>(*static_cast<const int8_t*>(p));
-    case c10::ScalarType::Byte: return static_cast<double>(*static_cast<const uint8_t*>(p));
-    default: return 0.0;  // not a bit width dtype: 0 is rejected as a bit width
+    case c10::ScalarType::Long:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    case c10::ScalarType::Int:
+      return static_cast<double>(*static_cast<const int32_t*>(p));
+    case c10::ScalarType::Short:
+      return static_cast<double>(*static_cast<const int16_t*>(p));
+    case c10::ScalarType::Char:
+      return static_cast<double>(*static_cast<const int8_t*>(p));
+    case c10::ScalarType::Byte:
+      return static_cast<double>(*static_cast<const uint8_t*>(p));
+    default:
+      return 0.0;  // not a bit width dtype: 0 is rejected as a bit width
   }
 }
 
@@ -37,15 +46,24 @@ C10_HOST_DEVICE inline double load_single_value(const void* p, c10::ScalarType t
 C10_HOST_DEVICE inline double through_dtype(double v, c10::ScalarType t) {
   const int64_t i = static_cast<int64_t>(v);
   switch (t) {
-    case c10::ScalarType::Float: return static_cast<double>(static_cast<float>(v));
-    case c10::ScalarType::Half: return static_cast<double>(static_cast<float>(static_cast<c10::Half>(v)));
-    case c10::ScalarType::BFloat16: return static_cast<double>(static_cast<float>(static_cast<c10::BFloat16>(v)));
-    case c10::ScalarType::Long: return static_cast<double>(i);
-    case c10::ScalarType::Int: return static_cast<double>(static_cast<int32_t>(i));
-    case c10::ScalarType::Short: return static_cast<double>(static_cast<int16_t>(i));
-    case c10::ScalarType::Char: return static_cast<double>(static_cast<int8_t>(i));
-    case c10::ScalarType::Byte: return static_cast<double>(static_cast<uint8_t>(i));
-    default: return v;  // Double
+    case c10::ScalarType::Float:
+      return static_cast<double>(static_cast<float>(v));
+    case c10::ScalarType::Half:
+      return static_cast<double>(static_cast<float>(static_cast<c10::Half>(v)));
+    case c10::ScalarType::BFloat16:
+      return static_cast<double>(static_cast<float>(static_cast<c10::BFloat16>(v)));
+    case c10::ScalarType::Long:
+      return static_cast<double>(i);
+    case c10::ScalarType::Int:
+      return static_cast<double>(static_cast<int32_t>(i));
+    case c10::ScalarType::Short:
+      return static_cast<double>(static_cast<int16_t>(i));
+    case c10::ScalarType::Char:
+      return static_cast<double>(static_cast<int8_t>(i));
+    case c10::ScalarType::Byte:
+      return static_cast<double>(static_cast<uint8_t>(i));
+    default:
+      return v;  // Double
   }
 }
 

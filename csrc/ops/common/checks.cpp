@@ -14,27 +14,26 @@ namespace brevitas_cpp {
 void check_floating(const at::Tensor& t, const char* op, const char* arg) {
   const auto dtype = t.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
-              "brevitas_cpp::", op, ": ", arg, " must be a floating-point tensor (float32, float64, float16 "
-              "or bfloat16), got dtype ", dtype);
+              "brevitas_cpp::", op, ": ", arg,
+              " must be a floating-point tensor (float32, float64, float16 "
+              "or bfloat16), got dtype ",
+              dtype);
 }
 
-void check_same_dtype_as_input(const at::Tensor& t, const at::Tensor& x, const char* op,
-                               const char* arg) {
-  TORCH_CHECK(t.scalar_type() == x.scalar_type(), "brevitas_cpp::", op, ": ", arg,
-              " must have the dtype of x (", x.scalar_type(), "), got ", t.scalar_type(),
-              "; convert it with .to(x.dtype)");
+void check_same_dtype_as_input(const at::Tensor& t, const at::Tensor& x, const char* op, const char* arg) {
+  TORCH_CHECK(t.scalar_type() == x.scalar_type(), "brevitas_cpp::", op, ": ", arg, " must have the dtype of x (",
+              x.scalar_type(), "), got ", t.scalar_type(), "; convert it with .to(x.dtype)");
 }
 
 void check_same_device(const at::Tensor& x, c10::ArrayRef<std::pair<const at::Tensor*, const char*>> args,
                        const char* op) {
   for (const auto& [t, name] : args) {
-    TORCH_CHECK(t->device() == x.device(), "brevitas_cpp::", op, ": ", name, " is on ", t->device(),
-                " but x is on ", x.device(), "; all tensor arguments must be on x's device");
+    TORCH_CHECK(t->device() == x.device(), "brevitas_cpp::", op, ": ", name, " is on ", t->device(), " but x is on ",
+                x.device(), "; all tensor arguments must be on x's device");
   }
 }
 
-void check_broadcasts_to_input(const at::Tensor& t, const at::Tensor& x, const char* op,
-                               const char* arg) {
+void check_broadcasts_to_input(const at::Tensor& t, const at::Tensor& x, const char* op, const char* arg) {
   const auto ts = t.sym_sizes();
   const auto xs = x.sym_sizes();
   bool ok = ts.size() <= xs.size();
@@ -83,8 +82,8 @@ void check_positive_finite(const at::Tensor& t, const char* op, const char* arg)
 void check_finite(const at::Tensor& t, const char* op, const char* arg) {
   if (!t.device().is_cpu()) return;
   const auto [index, value] = first_failing(t, [](double v) { return std::isfinite(v); });
-  TORCH_CHECK(index < 0, "brevitas_cpp::", op, ": ", arg, " must be finite, got ", value, " at flat index ",
-              index, " (of shape ", t.sizes(), ")");
+  TORCH_CHECK(index < 0, "brevitas_cpp::", op, ": ", arg, " must be finite, got ", value, " at flat index ", index,
+              " (of shape ", t.sizes(), ")");
 }
 
 namespace {
@@ -93,16 +92,26 @@ namespace {
 // which every quantizer call would otherwise pay in forward and again in backward.
 double cpu_single_value(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return static_cast<double>(*t.const_data_ptr<float>());
-    case at::kDouble: return *t.const_data_ptr<double>();
-    case at::kHalf: return static_cast<double>(static_cast<float>(*t.const_data_ptr<c10::Half>()));
-    case at::kBFloat16: return static_cast<double>(static_cast<float>(*t.const_data_ptr<c10::BFloat16>()));
-    case at::kLong: return static_cast<double>(*t.const_data_ptr<int64_t>());
-    case at::kInt: return static_cast<double>(*t.const_data_ptr<int32_t>());
-    case at::kShort: return static_cast<double>(*t.const_data_ptr<int16_t>());
-    case at::kChar: return static_cast<double>(*t.const_data_ptr<int8_t>());
-    case at::kByte: return static_cast<double>(*t.const_data_ptr<uint8_t>());
-    default: return t.item<double>();  // other dtypes: rare, take the general path
+    case at::kFloat:
+      return static_cast<double>(*t.const_data_ptr<float>());
+    case at::kDouble:
+      return *t.const_data_ptr<double>();
+    case at::kHalf:
+      return static_cast<double>(static_cast<float>(*t.const_data_ptr<c10::Half>()));
+    case at::kBFloat16:
+      return static_cast<double>(static_cast<float>(*t.const_data_ptr<c10::BFloat16>()));
+    case at::kLong:
+      return static_cast<double>(*t.const_data_ptr<int64_t>());
+    case at::kInt:
+      return static_cast<double>(*t.const_data_ptr<int32_t>());
+    case at::kShort:
+      return static_cast<double>(*t.const_data_ptr<int16_t>());
+    case at::kChar:
+      return static_cast<double>(*t.const_data_ptr<int8_t>());
+    case at::kByte:
+      return static_cast<double>(*t.const_data_ptr<uint8_t>());
+    default:
+      return t.item<double>();  // other dtypes: rare, take the general path
   }
 }
 }  // namespace
@@ -115,19 +124,17 @@ void check_bit_width_dtype(const at::Tensor& bit_width, const char* op) {
 
 int64_t check_bit_width(const at::Tensor& bit_width, const char* op) {
   check_bit_width_dtype(bit_width, op);
-  TORCH_CHECK(bit_width.device().is_cpu(), "brevitas_cpp::", op,
-              ": bit_width on ", bit_width.device(), " has no value check on this build");
+  TORCH_CHECK(bit_width.device().is_cpu(), "brevitas_cpp::", op, ": bit_width on ", bit_width.device(),
+              " has no value check on this build");
   const double b = cpu_single_value(bit_width);
-  TORCH_CHECK(is_valid_bit_width(b), "brevitas_cpp::", op,
-              ": bit_width must be an integer in [1, 32], got ", b);
+  TORCH_CHECK(is_valid_bit_width(b), "brevitas_cpp::", op, ": bit_width must be an integer in [1, 32], got ", b);
   return static_cast<int64_t>(b);
 }
 
 void check_scalar_bounds(double min_val, double max_val, const char* op) {
   TORCH_CHECK(!std::isnan(min_val), "brevitas_cpp::", op, ": min_val must not be NaN");
   TORCH_CHECK(!std::isnan(max_val), "brevitas_cpp::", op, ": max_val must not be NaN");
-  TORCH_CHECK(min_val <= max_val, "brevitas_cpp::", op, ": min_val (", min_val, ") must be <= max_val (",
-              max_val, ")");
+  TORCH_CHECK(min_val <= max_val, "brevitas_cpp::", op, ": min_val (", min_val, ") must be <= max_val (", max_val, ")");
 }
 
 }  // namespace brevitas_cpp

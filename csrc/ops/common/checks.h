@@ -13,16 +13,14 @@ namespace brevitas_cpp {
 void check_floating(const at::Tensor& t, const char* op, const char* arg);
 
 // `t` has exactly the dtype of x (scale and zero point are computed with in x's dtype).
-void check_same_dtype_as_input(const at::Tensor& t, const at::Tensor& x, const char* op,
-                               const char* arg);
+void check_same_dtype_as_input(const at::Tensor& t, const at::Tensor& x, const char* op, const char* arg);
 
 // Every tensor lives on x's device.
 void check_same_device(const at::Tensor& x, c10::ArrayRef<std::pair<const at::Tensor*, const char*>> args,
                        const char* op);
 
 // `t` broadcasts to x's shape without expanding x (the result keeps x's shape).
-void check_broadcasts_to_input(const at::Tensor& t, const at::Tensor& x, const char* op,
-                               const char* arg);
+void check_broadcasts_to_input(const at::Tensor& t, const at::Tensor& x, const char* op, const char* arg);
 
 // A tensor that must hold one value (bit width).
 void check_single_value(const at::Tensor& t, const char* op, const char* arg);

@@ -52,8 +52,8 @@ at::Tensor with_layout_of(const at::Tensor& t, const at::Tensor& like) {
   return at::empty_like(like, t.options()).copy_(t);
 }
 
-ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params,
-                              at::ScalarType dtype, bool fold_short_runs) {
+ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params, at::ScalarType dtype,
+                              bool fold_short_runs) {
   ParamLayout L;
   L.ndim = dense.dim();
   const auto sizes = dense.sizes();
@@ -76,8 +76,8 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
   // The block [first, last] of memory-order dims along which some parameter varies.
   int64_t first = -1, last = -1;
   for (int64_t j = 0; j < static_cast<int64_t>(order.size()); ++j) {
-    const bool varies = std::any_of(params.begin(), params.end(),
-                                    [&](const at::Tensor& p) { return param_varies(p, order[j]); });
+    const bool varies =
+        std::any_of(params.begin(), params.end(), [&](const at::Tensor& p) { return param_varies(p, order[j]); });
     if (varies) {
       if (first < 0) first = j;
       last = j;
@@ -97,7 +97,8 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
     // partly empty; folding the trailing dims into the span gives full vectors whose
     // parameters are loaded per lane, at the cost of K * inner gathered parameters.
     const int64_t inner = extent(last + 1, ndims);
-    if (fold_short_runs && inner > 1 && inner < kMinRunLength && extent(first, last + 1) * inner <= kMaxFoldedSpan) last = ndims - 1;
+    if (fold_short_runs && inner > 1 && inner < kMinRunLength && extent(first, last + 1) * inner <= kMaxFoldedSpan)
+      last = ndims - 1;
     L.outer = extent(0, first);
     L.K = extent(first, last + 1);
     L.inner = extent(last + 1, ndims);
@@ -117,11 +118,10 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
     // for a per-channel parameter of x's shape), params gets a K-long alias of p's memory,
     // made without a dispatcher call (it keeps p's storage alive); otherwise a K-long copy.
     if (p.scalar_type() == dtype && is_contiguous_span(L.span_sizes, st)) {
-      L.params.push_back(at::from_blob(const_cast<void*>(p.const_data_ptr()), {L.K},
-                                       [keep_alive = p](void*) {}, p.options()));
-    } else {
       L.params.push_back(
-          p.as_strided(L.span_sizes, st, p.storage_offset()).to(dtype).contiguous().reshape({L.K}));
+          at::from_blob(const_cast<void*>(p.const_data_ptr()), {L.K}, [keep_alive = p](void*) {}, p.options()));
+    } else {
+      L.params.push_back(p.as_strided(L.span_sizes, st, p.storage_offset()).to(dtype).contiguous().reshape({L.K}));
     }
   }
   return L;

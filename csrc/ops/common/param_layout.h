@@ -39,13 +39,15 @@ struct ParamLayout {
 // `dense` must be non-overlapping and dense; params must broadcast to its shape.
 // fold_short_runs: runs of one parameter value shorter than a CPU vector are folded into
 // the span (K grows, inner becomes 1); the GPU kernels keep the runs as they are.
-ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params,
-                              at::ScalarType dtype, bool fold_short_runs = true);
+ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params, at::ScalarType dtype,
+                              bool fold_short_runs = true);
 
 // An empty tensor laid out like x (x's strides when x is dense, else x's suggested memory
 // format): the output layout of every elementwise op, shared by CPU and Meta kernels.
 at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype);
-inline at::Tensor empty_output_like(const at::Tensor& x) { return empty_output_like(x, x.scalar_type()); }
+inline at::Tensor empty_output_like(const at::Tensor& x) {
+  return empty_output_like(x, x.scalar_type());
+}
 
 // `t` itself when it is non-overlapping and dense, else a contiguous copy: a tensor that
 // can be walked by flat memory index.

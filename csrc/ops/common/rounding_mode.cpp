@@ -22,11 +22,16 @@ RoundingMode parse_rounding_mode(c10::string_view name, const char* op) {
 
 const char* rounding_mode_name(RoundingMode mode) {
   switch (mode) {
-    case RoundingMode::kRound: return "round";
-    case RoundingMode::kCeil: return "ceil";
-    case RoundingMode::kFloor: return "floor";
-    case RoundingMode::kRoundToZero: return "round_to_zero";
-    case RoundingMode::kDpu: return "dpu";
+    case RoundingMode::kRound:
+      return "round";
+    case RoundingMode::kCeil:
+      return "ceil";
+    case RoundingMode::kFloor:
+      return "floor";
+    case RoundingMode::kRoundToZero:
+      return "round_to_zero";
+    case RoundingMode::kDpu:
+      return "dpu";
   }
   return "unknown";
 }

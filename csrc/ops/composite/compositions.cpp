@@ -8,10 +8,14 @@ namespace brevitas_cpp::composite {
 
 at::Tensor round_as(const at::Tensor& u, RoundingMode mode) {
   switch (mode) {
-    case RoundingMode::kRound: return at::round(u);  // half to even
-    case RoundingMode::kCeil: return at::ceil(u);
-    case RoundingMode::kFloor: return at::floor(u);
-    case RoundingMode::kRoundToZero: return at::sign(u) * at::floor(at::abs(u));
+    case RoundingMode::kRound:
+      return at::round(u);  // half to even
+    case RoundingMode::kCeil:
+      return at::ceil(u);
+    case RoundingMode::kFloor:
+      return at::floor(u);
+    case RoundingMode::kRoundToZero:
+      return at::sign(u) * at::floor(at::abs(u));
     case RoundingMode::kDpu:
     default: {
       const at::Tensor tie_up = at::logical_and(u < 0, (u - at::floor(u)) == 0.5);
@@ -25,7 +29,9 @@ at::Tensor binary_sign(const at::Tensor& x) {
   return at::where(at::isnan(x), x, at::where(x >= 0, one, -one));
 }
 
-at::Tensor sign_keep_nan(const at::Tensor& x) { return at::where(at::isnan(x), x, at::sign(x)); }
+at::Tensor sign_keep_nan(const at::Tensor& x) {
+  return at::where(at::isnan(x), x, at::sign(x));
+}
 
 at::Tensor as_output_like(const at::Tensor& t, const at::Tensor& x) {
   at::Tensor out = empty_output_like(x, t.scalar_type());
@@ -43,6 +49,8 @@ at::Tensor scalar_in_dtype_of(double v, const at::Tensor& x) {
   return t.to(x.scalar_type()).to(x.device());
 }
 
-at::Tensor positive_finite(const at::Tensor& scale) { return at::logical_and(scale > 0, at::isfinite(scale)); }
+at::Tensor positive_finite(const at::Tensor& scale) {
+  return at::logical_and(scale > 0, at::isfinite(scale));
+}
 
 }  // namespace brevitas_cpp::composite

@@ -43,8 +43,8 @@ Composed compose(const at::Tensor& x, const at::Tensor& scale, const at::Tensor&
 // zero point, a bit width outside the integers [1, 32] (forward only: its NaN carries on).
 at::Tensor valid_values(const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width) {
   const at::Tensor bd = bit_width.reshape({}).to(at::kDouble);
-  const at::Tensor valid_bits = at::logical_and(at::logical_and(at::isfinite(bd), bd == at::floor(bd)),
-                                                at::logical_and(bd >= 1, bd <= 32));
+  const at::Tensor valid_bits =
+      at::logical_and(at::logical_and(at::isfinite(bd), bd == at::floor(bd)), at::logical_and(bd >= 1, bd <= 32));
   return at::logical_and(at::logical_and(positive_finite(scale), at::isfinite(zero_point)), valid_bits);
 }
 

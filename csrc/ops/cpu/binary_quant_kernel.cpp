@@ -21,19 +21,15 @@ inline Vec<T> bsign(const Vec<T>& v) {
 }  // namespace
 
 at::Tensor binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale) {
-  return scaled_quant_forward(x, scale, "binary_quant", [](const auto& xv, const auto& s) {
-    return bsign<value_t<decltype(xv)>>(xv) * s;
-  });
+  return scaled_quant_forward(x, scale, "binary_quant",
+                              [](const auto& xv, const auto& s) { return bsign<value_t<decltype(xv)>>(xv) * s; });
 }
 
 // y = binary_sign(x) * s:  dx = g * s (straight through),  ds = g * binary_sign(x).
-std::tuple<at::Tensor, at::Tensor> binary_quant_backward_cpu(const at::Tensor& grad,
-                                                             const std::optional<at::Tensor>& x,
-                                                             const at::Tensor& scale,
-                                                             std::array<bool, 2> output_mask) {
-  return scaled_quant_backward(grad, ops::detail::binary_quant_backward_input(grad, x, output_mask), scale,
-                               output_mask, "_binary_quant_backward",
-                               [](const auto& g, const auto& xv, const auto& s) {
+std::tuple<at::Tensor, at::Tensor> binary_quant_backward_cpu(const at::Tensor& grad, const std::optional<at::Tensor>& x,
+                                                             const at::Tensor& scale, std::array<bool, 2> output_mask) {
+  return scaled_quant_backward(grad, ops::detail::binary_quant_backward_input(grad, x, output_mask), scale, output_mask,
+                               "_binary_quant_backward", [](const auto& g, const auto& xv, const auto& s) {
                                  return std::pair{g * s, g * bsign<value_t<decltype(xv)>>(xv)};
                                });
 }
@@ -68,17 +64,16 @@ at::Tensor clamped_binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale
 std::tuple<at::Tensor, at::Tensor> clamped_binary_quant_backward_cpu(const at::Tensor& grad, const at::Tensor& x,
                                                                      const at::Tensor& scale,
                                                                      std::array<bool, 2> output_mask) {
-  return scaled_quant_backward(grad, x, scale, output_mask, "_clamped_binary_quant_backward",
-                               [](const auto& g, const auto& xv, const auto& s) {
-                                 using T = value_t<decltype(xv)>;
-                                 const ClampedToScale<T> c = clamp_to_scale<T>(xv, s);
-                                 const Vec<T> zero(T(0));
-                                 const Vec<T> gs = g * s;
-                                 const Vec<T> gx = Vec<T>::blendv(gs, zero, c.above | c.below);
-                                 const Vec<T> ds = g * bsign<T>(c.value) + Vec<T>::blendv(zero, gs, c.above) -
-                                                   Vec<T>::blendv(zero, gs, c.below);
-                                 return std::pair{gx, ds};
-                               });
+  return scaled_quant_backward(
+      grad, x, scale, output_mask, "_clamped_binary_quant_backward", [](const auto& g, const auto& xv, const auto& s) {
+        using T = value_t<decltype(xv)>;
+        const ClampedToScale<T> c = clamp_to_scale<T>(xv, s);
+        const Vec<T> zero(T(0));
+        const Vec<T> gs = g * s;
+        const Vec<T> gx = Vec<T>::blendv(gs, zero, c.above | c.below);
+        const Vec<T> ds = g * bsign<T>(c.value) + Vec<T>::blendv(zero, gs, c.above) - Vec<T>::blendv(zero, gs, c.below);
+        return std::pair{gx, ds};
+      });
 }
 
 }  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

@@ -1,7 +1,7 @@
 #include "ops/clamp_ste.h"
 #include "ops/common/checks.h"
-#include "ops/cpu/kernels.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/kernels.h"
 
 namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
@@ -71,8 +71,8 @@ at::Tensor scalar_signed_clamp_min_ste_cpu(const at::Tensor& x, double min_val) 
     const Vec<T> positive = v >= Vec<T>(T(0));  // -0.0 counts as positive; NaN does not
     // The composition clamps |x|: -0.0 gives +0.0 (or lo), as sign (+1) * clamp_min(+0.0, lo).
     const Vec<T> a = v.abs();
-    const Vec<T> up = Vec<T>::blendv(a, lo, a < lo);             // max(|x|, lo) for x >= 0
-    const Vec<T> down = Vec<T>::blendv(v, neg_lo, v > neg_lo);   // min(x, -lo); NaN stays
+    const Vec<T> up = Vec<T>::blendv(a, lo, a < lo);            // max(|x|, lo) for x >= 0
+    const Vec<T> down = Vec<T>::blendv(v, neg_lo, v > neg_lo);  // min(x, -lo); NaN stays
     return Vec<T>::blendv(down, up, positive);
   });
 }

@@ -75,8 +75,8 @@ std::vector<double> scaled_backward_loop(const T* pg, const T* px, T* pgx, const
     for_each_run(L, begin, end, [&](int64_t off, int64_t len, int64_t k, bool strided) {
       RunSum<T> sum_s(acc + k, strided);
       for_each_block<T>(len, [&](int64_t j, int64_t c) {
-        const auto [gx, gs] = fn(Vec<T>::loadu(pg + off + j, c), Vec<T>::loadu(px + off + j, c),
-                                 load_param(ps, k, j, strided, c));
+        const auto [gx, gs] =
+            fn(Vec<T>::loadu(pg + off + j, c), Vec<T>::loadu(px + off + j, c), load_param(ps, k, j, strided, c));
         if (pgx) gx.store(pgx + off + j, c);
         if (want_scale) sum_s.add(j, gs, c);
       });

@@ -1,8 +1,8 @@
 #include "ops/common/bit_width_value.h"
 #include "ops/common/checks.h"
 #include "ops/common/quant_math.h"
-#include "ops/cpu/kernels.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/kernels.h"
 #include "ops/int_quant.h"
 
 #include <ATen/ATen.h>
@@ -56,10 +56,9 @@ void forward_loop(const T* px, T* py, bool* pmask, const ParamLayout& L, int64_t
   });
 }
 
-std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& scale,
-                                           const at::Tensor& zero_point, const at::Tensor& bit_width,
-                                           bool is_signed, bool narrow_range, c10::string_view rounding_mode,
-                                           bool with_mask) {
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
+                                           const at::Tensor& bit_width, bool is_signed, bool narrow_range,
+                                           c10::string_view rounding_mode, bool with_mask) {
   ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, kOp);
   const RoundingMode mode = parse_rounding_mode(rounding_mode, kOp);
   check_bit_width(bit_width, kOp);
@@ -78,8 +77,8 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
         forward_loop<scalar_t, decltype(m)::value, true>(xd.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
                                                          mask.mutable_data_ptr<bool>(), L, x.numel(), bounds);
       } else {
-        forward_loop<scalar_t, decltype(m)::value, false>(xd.const_data_ptr<scalar_t>(),
-                                                          y.mutable_data_ptr<scalar_t>(), nullptr, L, x.numel(), bounds);
+        forward_loop<scalar_t, decltype(m)::value, false>(xd.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
+                                                          nullptr, L, x.numel(), bounds);
       }
     });
   });
@@ -89,8 +88,8 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
 }  // namespace
 
 at::Tensor int_quant_cpu(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
-                         const at::Tensor& bit_width, bool is_signed, bool narrow_range,
-                         c10::string_view rounding_mode, bool /*clamp_ste: backward only*/) {
+                         const at::Tensor& bit_width, bool is_signed, bool narrow_range, c10::string_view rounding_mode,
+                         bool /*clamp_ste: backward only*/) {
   return std::get<0>(forward(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, false));
 }
 
@@ -233,7 +232,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
     });
   }
   if (want.scale) gs = L.fold_to(acc.data(), scale).add_(L.fold_to(acc.data() + L.K, scale));
-  if (want.zero_point) gz = L.fold_to(acc.data() + 2 * L.K, zero_point).add_(L.fold_to(acc.data() + 3 * L.K, zero_point));
+  if (want.zero_point)
+    gz = L.fold_to(acc.data() + 2 * L.K, zero_point).add_(L.fold_to(acc.data() + 3 * L.K, zero_point));
   if (want.bounds) {
     const double bw = static_cast<double>(b);
     // The bounds' gradients are sums in x's dtype (the composition casts max_int to it).

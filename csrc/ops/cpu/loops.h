@@ -8,8 +8,8 @@
 #include "ops/common/param_layout.h"
 
 #include <ATen/Parallel.h>
-#include <c10/macros/Macros.h>
 #include <ATen/cpu/vec/vec.h>
+#include <c10/macros/Macros.h>
 
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
 #include <immintrin.h>

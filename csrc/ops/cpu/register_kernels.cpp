@@ -10,9 +10,12 @@ namespace brevitas_cpp::cpu {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return "AVX512";
-    case Isa::kAvx2: return "AVX2";
-    default: return "DEFAULT";
+    case Isa::kAvx512:
+      return "AVX512";
+    case Isa::kAvx2:
+      return "AVX2";
+    default:
+      return "DEFAULT";
   }
 }
 
@@ -51,12 +54,15 @@ struct IsaDispatch<kDefault, kAvx2, kAvx512> {
   static R call(A... args) {
     switch (active_isa()) {
 #if defined(BREVITAS_CPP_HAVE_AVX512)
-      case Isa::kAvx512: return kAvx512(args...);
+      case Isa::kAvx512:
+        return kAvx512(args...);
 #endif
 #if defined(BREVITAS_CPP_HAVE_AVX2)
-      case Isa::kAvx2: return kAvx2(args...);
+      case Isa::kAvx2:
+        return kAvx2(args...);
 #endif
-      default: return kDefault(args...);
+      default:
+        return kDefault(args...);
     }
   }
 };
@@ -74,8 +80,8 @@ struct IsaDispatch<kDefault, kAvx2, kAvx512> {
 #define BREVITAS_CPP_AVX512_OR_DEFAULT AVX512
 #endif
 
-#define BREVITAS_CPP_IMPL(m, op, kernel)                                                           \
-  m.impl(op, TORCH_FN((IsaDispatch<&DEFAULT::kernel, &BREVITAS_CPP_AVX2_OR_DEFAULT::kernel,          \
+#define BREVITAS_CPP_IMPL(m, op, kernel)                                                    \
+  m.impl(op, TORCH_FN((IsaDispatch<&DEFAULT::kernel, &BREVITAS_CPP_AVX2_OR_DEFAULT::kernel, \
                                    &BREVITAS_CPP_AVX512_OR_DEFAULT::kernel>::call)))
 
 TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {

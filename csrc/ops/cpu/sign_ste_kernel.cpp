@@ -1,7 +1,7 @@
 #include "ops/common/checks.h"
 #include "ops/common/quant_math.h"
-#include "ops/cpu/kernels.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/kernels.h"
 #include "ops/sign_ste.h"
 
 namespace brevitas_cpp::cpu::CPU_CAPABILITY {

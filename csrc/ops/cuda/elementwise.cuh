@@ -51,8 +51,8 @@ at::Tensor unary_cuda(const at::Tensor& x, const MakeOp& make_op) {
   const at::Tensor xd = with_layout_of(x, out);
   BREVITAS_CPP_DISPATCH_FLOATING_CUDA(x.scalar_type(), "brevitas_cpp_unary_cuda", [&] {
     const auto op = make_op(scalar_t{});
-    launch_map(x.numel(), UnaryMap<scalar_t, std::decay_t<decltype(op)>>{
-                              xd.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), op});
+    launch_map(x.numel(), UnaryMap<scalar_t, std::decay_t<decltype(op)>>{xd.const_data_ptr<scalar_t>(),
+                                                                         out.mutable_data_ptr<scalar_t>(), op});
   });
   return out;
 }
@@ -67,9 +67,9 @@ at::Tensor binary_cuda(const at::Tensor& a, const at::Tensor& b, const MakeOp& m
   const at::Tensor bd = with_layout_of(b, out);
   BREVITAS_CPP_DISPATCH_FLOATING_CUDA(a.scalar_type(), "brevitas_cpp_binary_cuda", [&] {
     const auto op = make_op(scalar_t{});
-    launch_map(a.numel(), BinaryMap<scalar_t, std::decay_t<decltype(op)>>{
-                              ad.const_data_ptr<scalar_t>(), bd.const_data_ptr<scalar_t>(),
-                              out.mutable_data_ptr<scalar_t>(), op});
+    launch_map(a.numel(),
+               BinaryMap<scalar_t, std::decay_t<decltype(op)>>{
+                   ad.const_data_ptr<scalar_t>(), bd.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), op});
   });
   return out;
 }

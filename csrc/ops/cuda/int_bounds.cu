@@ -12,9 +12,9 @@ namespace {
 
 // One block: thread i sums entries i, i + kBlock, ... (each over its chunks), then a fixed tree.
 template <typename TG, typename TB>
-__global__ void __launch_bounds__(kBlock) bit_width_grad_kernel(const double* partial, int64_t K, int64_t chunks,
-                                                                int row_hi, int row_lo, BitWidthRef bw,
-                                                                bool is_signed, TB* out) {
+__global__ void __launch_bounds__(kBlock)
+    bit_width_grad_kernel(const double* partial, int64_t K, int64_t chunks, int row_hi, int row_lo, BitWidthRef bw,
+                          bool is_signed, TB* out) {
   __shared__ double hi[kBlock], lo[kBlock];
   double h = 0.0, l = 0.0;
   for (int64_t k = threadIdx.x; k < K; k += kBlock) {

@@ -76,11 +76,11 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
   BREVITAS_CPP_DISPATCH_FLOATING_CUDA(x.scalar_type(), "int_quant_cuda", [&] {
     using T = scalar_t;
     dispatch_rounding_mode(mode, [&](auto m) {
-      launch_map(x.numel(), Forward<T, decltype(m)::value>{
-                                xd.const_data_ptr<T>(), y.mutable_data_ptr<T>(),
-                                with_mask ? mask.mutable_data_ptr<bool>() : nullptr, L.params[0].const_data_ptr<T>(),
-                                L.params[1].const_data_ptr<T>(), BitWidthRef(bit_width), is_signed, narrow_range,
-                                ParamIndex(L)});
+      launch_map(x.numel(),
+                 Forward<T, decltype(m)::value>{xd.const_data_ptr<T>(), y.mutable_data_ptr<T>(),
+                                                with_mask ? mask.mutable_data_ptr<bool>() : nullptr,
+                                                L.params[0].const_data_ptr<T>(), L.params[1].const_data_ptr<T>(),
+                                                BitWidthRef(bit_width), is_signed, narrow_range, ParamIndex(L)});
     });
   });
   return {y, mask};
@@ -190,10 +190,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cu
       const ParamLayout L = make_param_layout(gx, {scale}, grad.scalar_type(), /*fold_short_runs=*/false);
       const at::Tensor md = clamp_ste ? at::Tensor() : with_layout_of(*mask_opt, gx);
       BREVITAS_CPP_DISPATCH_FLOATING_CUDA(grad.scalar_type(), "_int_quant_backward_cuda", [&] {
-        launch_map(n, GradInput<scalar_t>{gd.const_data_ptr<scalar_t>(),
-                                          md.defined() ? md.const_data_ptr<bool>() : nullptr,
-                                          gx.mutable_data_ptr<scalar_t>(), L.params[0].const_data_ptr<scalar_t>(),
-                                          ParamIndex(L)});
+        launch_map(n, GradInput<scalar_t>{
+                          gd.const_data_ptr<scalar_t>(), md.defined() ? md.const_data_ptr<bool>() : nullptr,
+                          gx.mutable_data_ptr<scalar_t>(), L.params[0].const_data_ptr<scalar_t>(), ParamIndex(L)});
       });
     }
     return {gx, gs, gz, gb};
@@ -212,10 +211,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cu
       const T* ps = L.params[0].const_data_ptr<T>();
       const T* pz = L.params[1].const_data_ptr<T>();
       const BitWidthRef bw(bit_width);
-      sums = clamp_ste ? reduce_by_param<6>(L, n, GradFull<T, M, true>{pg, px, pgx, ps, pz, bw, is_signed, narrow_range},
-                                            grad.options())
-                       : reduce_by_param<6>(L, n, GradFull<T, M, false>{pg, px, pgx, ps, pz, bw, is_signed, narrow_range},
-                                            grad.options());
+      sums = clamp_ste
+                 ? reduce_by_param<6>(L, n, GradFull<T, M, true>{pg, px, pgx, ps, pz, bw, is_signed, narrow_range},
+                                      grad.options())
+                 : reduce_by_param<6>(L, n, GradFull<T, M, false>{pg, px, pgx, ps, pz, bw, is_signed, narrow_range},
+                                      grad.options());
     });
   });
   if (output_mask[1]) gs = param_grad(sums, L, 0, 1, scale);

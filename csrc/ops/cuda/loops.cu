@@ -22,7 +22,9 @@ __global__ void row_sum_kernel(const double* partial, int64_t K, int64_t chunks,
   if (k < K) out[k] = Partials::sum(partial, K, chunks, row, k);
 }
 
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>((n + kBlock - 1) / kBlock);
+}
 
 }  // namespace
 

@@ -25,8 +25,8 @@
 
 namespace brevitas_cpp::cuda {
 
-constexpr int kBlock = 256;   // threads per block
-constexpr int kUnroll = 4;    // elements per thread per step
+constexpr int kBlock = 256;  // threads per block
+constexpr int kUnroll = 4;   // elements per thread per step
 
 struct NoState {};
 
@@ -35,9 +35,7 @@ struct ParamIndex {
   int64_t K = 1;
   int64_t inner = 1;
   explicit ParamIndex(const ParamLayout& L) : K(L.K), inner(L.inner) {}
-  __device__ __forceinline__ int64_t operator()(int64_t idx) const {
-    return K == 1 ? 0 : (idx / inner) % K;
-  }
+  __device__ __forceinline__ int64_t operator()(int64_t idx) const { return K == 1 ? 0 : (idx / inner) % K; }
 };
 
 template <typename T>
@@ -80,8 +78,7 @@ void launch_map(int64_t n, const Fn& fn) {
 // depend on the sizes only: every run gives the same bits (no atomics).
 template <int kTerms, typename Fn>
 __global__ void __launch_bounds__(kBlock) reduce_by_param_kernel(Fn fn, int64_t outer, int64_t K, int64_t inner,
-                                                                 int64_t chunks, int64_t chunk_len,
-                                                                 double* partial) {
+                                                                 int64_t chunks, int64_t chunk_len, double* partial) {
   using Loaded = typename Fn::Loaded;
   const int64_t k = blockIdx.x / chunks;
   const int64_t c = blockIdx.x - k * chunks;
@@ -134,8 +131,7 @@ struct Partials {
   int64_t K = 1;
   int64_t chunks = 1;
   // Term t of entry k: the sum over the chunks, in chunk order.
-  __device__ __forceinline__ static double sum(const double* partial, int64_t K, int64_t chunks, int t,
-                                               int64_t k) {
+  __device__ __forceinline__ static double sum(const double* partial, int64_t K, int64_t chunks, int t, int64_t k) {
     const double* p = partial + (t * K + k) * chunks;
     double s = 0.0;
     for (int64_t c = 0; c < chunks; ++c) s += p[c];
@@ -161,9 +157,9 @@ Partials reduce_by_param(const ParamLayout& L, int64_t numel, const Fn& fn, cons
     out.partial.zero_();
     return out;
   }
-  reduce_by_param_kernel<kTerms, Fn><<<static_cast<unsigned>(L.K * out.chunks), kBlock, 0,
-                                       c10::cuda::getCurrentCUDAStream()>>>(
-      fn, L.outer, L.K, L.inner, out.chunks, chunk_len, out.partial.mutable_data_ptr<double>());
+  reduce_by_param_kernel<kTerms, Fn>
+      <<<static_cast<unsigned>(L.K * out.chunks), kBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          fn, L.outer, L.K, L.inner, out.chunks, chunk_len, out.partial.mutable_data_ptr<double>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

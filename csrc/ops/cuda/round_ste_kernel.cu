@@ -19,13 +19,21 @@ at::Tensor round_kernel(const at::Tensor& x, const char* name) {
   return unary_cuda(x, [](auto tag) { return RoundOp<M, decltype(tag)>{}; });
 }
 
-at::Tensor round_ste_cuda(const at::Tensor& x) { return round_kernel<RoundingMode::kRound>(x, "round_ste"); }
-at::Tensor ceil_ste_cuda(const at::Tensor& x) { return round_kernel<RoundingMode::kCeil>(x, "ceil_ste"); }
-at::Tensor floor_ste_cuda(const at::Tensor& x) { return round_kernel<RoundingMode::kFloor>(x, "floor_ste"); }
+at::Tensor round_ste_cuda(const at::Tensor& x) {
+  return round_kernel<RoundingMode::kRound>(x, "round_ste");
+}
+at::Tensor ceil_ste_cuda(const at::Tensor& x) {
+  return round_kernel<RoundingMode::kCeil>(x, "ceil_ste");
+}
+at::Tensor floor_ste_cuda(const at::Tensor& x) {
+  return round_kernel<RoundingMode::kFloor>(x, "floor_ste");
+}
 at::Tensor round_to_zero_ste_cuda(const at::Tensor& x) {
   return round_kernel<RoundingMode::kRoundToZero>(x, "round_to_zero_ste");
 }
-at::Tensor dpu_round_ste_cuda(const at::Tensor& x) { return round_kernel<RoundingMode::kDpu>(x, "dpu_round_ste"); }
+at::Tensor dpu_round_ste_cuda(const at::Tensor& x) {
+  return round_kernel<RoundingMode::kDpu>(x, "dpu_round_ste");
+}
 
 }  // namespace
 

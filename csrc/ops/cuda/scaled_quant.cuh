@@ -90,11 +90,11 @@ std::tuple<at::Tensor, at::Tensor> scaled_quant_backward_cuda(const at::Tensor& 
   Partials sums;
   BREVITAS_CPP_DISPATCH_FLOATING_CUDA(x.scalar_type(), "scaled_quant_backward_cuda", [&] {
     using T = scalar_t;
-    sums = reduce_by_param<1>(L, x.numel(),
-                             ScaledBackward<T, Op>{gd.const_data_ptr<T>(), xd.const_data_ptr<T>(),
-                                                   gx.defined() ? gx.mutable_data_ptr<T>() : nullptr,
-                                                   L.params[0].const_data_ptr<T>(), op},
-                             x.options());
+    sums = reduce_by_param<1>(
+        L, x.numel(),
+        ScaledBackward<T, Op>{gd.const_data_ptr<T>(), xd.const_data_ptr<T>(),
+                              gx.defined() ? gx.mutable_data_ptr<T>() : nullptr, L.params[0].const_data_ptr<T>(), op},
+        x.options());
   });
   if (output_mask[1]) gs = param_grad(sums, L, 0, -1, scale);
   return {gx, gs};

@@ -16,9 +16,7 @@ struct BinarySignOp {
 
 template <typename T>
 struct TernarySignOp {  // torch.sign, NaN kept
-  __device__ __forceinline__ T operator()(T x) const {
-    return scalar_math::isnan_of(x) ? x : scalar_math::sign(x);
-  }
+  __device__ __forceinline__ T operator()(T x) const { return scalar_math::isnan_of(x) ? x : scalar_math::sign(x); }
 };
 
 template <typename T>

@@ -46,8 +46,7 @@ std::tuple<at::Tensor, at::Tensor> ternary_quant_backward_cuda(const at::Tensor&
                                                                const at::Tensor& scale, double threshold,
                                                                std::array<bool, 2> output_mask) {
   ops::detail::check_threshold(threshold, "_ternary_quant_backward");
-  return scaled_quant_backward_cuda(grad, x, scale, output_mask, "_ternary_quant_backward",
-                                    TernaryQuantOp{threshold});
+  return scaled_quant_backward_cuda(grad, x, scale, output_mask, "_ternary_quant_backward", TernaryQuantOp{threshold});
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 #include "ops/common/checks.h"
 #include "ops/stats_all_reduce.h"
 
+#include <torch/library.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/library.h>
 
 #include <vector>
 

@@ -15,15 +15,16 @@ at::Tensor int_quant_meta(const at::Tensor& x, const at::Tensor& scale, const at
 }
 
 std::tuple<at::Tensor, at::Tensor> int_quant_with_mask_meta(const at::Tensor& x, const at::Tensor& scale,
-                                                            const at::Tensor& zero_point,
-                                                            const at::Tensor& bit_width, bool, bool,
-                                                            c10::string_view rounding_mode) {
+                                                            const at::Tensor& zero_point, const at::Tensor& bit_width,
+                                                            bool, bool, c10::string_view rounding_mode) {
   ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, "int_quant");
   return {empty_output_like(x), empty_output_like(x, at::kBool)};
 }
 
 // Parameter gradients are contiguous tensors of the parameter's shape (see ParamLayout::fold_to).
-at::Tensor empty_param_grad(const at::Tensor& p) { return at::empty_symint(p.sym_sizes(), p.options()); }
+at::Tensor empty_param_grad(const at::Tensor& p) {
+  return at::empty_symint(p.sym_sizes(), p.options());
+}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_meta(
     const at::Tensor& grad, const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& mask,

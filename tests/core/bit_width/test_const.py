@@ -36,7 +36,9 @@ def test_bit_width_stateful_const_round_trip(monkeypatch):
     assert missing == []
 
 
-@pytest.mark.parametrize("input_bit_width,expected", [(16.0, 8.0), (7.0, 4.0), (4.0, 2.0), (2.0, 2.0)])
+@pytest.mark.parametrize(
+    "input_bit_width,expected", [(16.0, 8.0), (7.0, 4.0), (4.0, 2.0), (2.0, 2.0)]
+)
 def test_msb_clamp_bit_width_const(input_bit_width, expected):
     # |input - 3| clamped to [2, 8].
     block = MsbClampBitWidth(BitWidthConst(3), 2, 8)
@@ -60,28 +62,42 @@ def test_msb_clamp_bit_width_learned_gradient():
 
 
 @pytest.mark.parametrize("cls", [BitWidthConst, BitWidthStatefulConst])
-@pytest.mark.parametrize("bad,error,match", [
-    (0, ValueError, r"bit_width must be >= 1, got 0"),
-    (-4, ValueError, r"bit_width must be >= 1, got -4"),
-    (True, TypeError, r"bit_width must be an int, got True"),
-    (2.5, TypeError, r"bit_width must be an int, got 2.5"),
-    ("8", TypeError, r"bit_width must be an int, got '8'"),
-])
+@pytest.mark.parametrize(
+    "bad,error,match",
+    [
+        (0, ValueError, r"bit_width must be >= 1, got 0"),
+        (-4, ValueError, r"bit_width must be >= 1, got -4"),
+        (True, TypeError, r"bit_width must be an int, got True"),
+        (2.5, TypeError, r"bit_width must be an int, got 2.5"),
+        ("8", TypeError, r"bit_width must be an int, got '8'"),
+    ],
+)
 def test_bit_width_const_bad_input(cls, bad, error, match):
     with pytest.raises(error, match=cls.__name__ + ": " + match):
         cls(bad)
 
 
 def test_msb_clamp_bad_input():
-    with pytest.raises(ValueError, match=r"MsbClampBitWidth: min_overall_bit_width \(8\) must be <= "
-                                         r"max_overall_bit_width \(4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"MsbClampBitWidth: min_overall_bit_width \(8\) must be <= "
+        r"max_overall_bit_width \(4\)",
+    ):
         MsbClampBitWidth(BitWidthConst(1), 8, 4)
-    with pytest.raises(ValueError, match=r"MsbClampBitWidth: min_overall_bit_width must be >= 1, got 0"):
+    with pytest.raises(
+        ValueError, match=r"MsbClampBitWidth: min_overall_bit_width must be >= 1, got 0"
+    ):
         MsbClampBitWidth(BitWidthConst(1), 0, 4)
-    with pytest.raises(TypeError, match=r"MsbClampBitWidth: bit_width_to_remove_impl must be a torch.nn.Module"):
+    with pytest.raises(
+        TypeError, match=r"MsbClampBitWidth: bit_width_to_remove_impl must be a torch.nn.Module"
+    ):
         MsbClampBitWidth(3, 2, 4)
 
 
 def test_blocks_follow_jit_switch():
-    for block in (BitWidthConst(4), BitWidthStatefulConst(4), MsbClampBitWidth(BitWidthConst(1), 2, 8)):
+    for block in (
+        BitWidthConst(4),
+        BitWidthStatefulConst(4),
+        MsbClampBitWidth(BitWidthConst(1), 2, 8),
+    ):
         assert isinstance(block, torch.jit.ScriptModule) == config.JIT_ENABLED

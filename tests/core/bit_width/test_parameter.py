@@ -6,7 +6,11 @@ import torch
 
 from brevitas_cpp import config
 from brevitas_cpp.core.bit_width import BitWidthParameter, RemoveBitwidthParameter
-from brevitas_cpp.core.bit_width.parameter import MIN_INT_BIT_WIDTH, NON_ZERO_EPSILON, REMOVE_ZERO_BIT_WIDTH
+from brevitas_cpp.core.bit_width.parameter import (
+    MIN_INT_BIT_WIDTH,
+    NON_ZERO_EPSILON,
+    REMOVE_ZERO_BIT_WIDTH,
+)
 from brevitas_cpp.core.restrict_val import FloatRestrictValue, PowerOfTwoRestrictValue
 
 
@@ -28,13 +32,16 @@ def test_bit_width_parameter_init_and_forward():
     assert BitWidthParameter(4, dtype=torch.float64)().dtype == torch.float64
 
 
-@pytest.mark.parametrize("offset,expected,grad", [
-    (2.6, 6.0, 1.0),     # round(|2.6| + 3) = 6, d/d offset = sign(2.6)
-    (-1.4, 4.0, -1.0),   # |offset| keeps the bit-width above the minimum
-    (0.0, 3.0, 1.0),     # the sign gradient is +1 at 0 so the offset can grow from the minimum
-    (-0.0, 3.0, 1.0),
-    (1.5, 4.0, 1.0),     # 4.5 rounds half to even
-])
+@pytest.mark.parametrize(
+    "offset,expected,grad",
+    [
+        (2.6, 6.0, 1.0),  # round(|2.6| + 3) = 6, d/d offset = sign(2.6)
+        (-1.4, 4.0, -1.0),  # |offset| keeps the bit-width above the minimum
+        (0.0, 3.0, 1.0),  # the sign gradient is +1 at 0 so the offset can grow from the minimum
+        (-0.0, 3.0, 1.0),
+        (1.5, 4.0, 1.0),  # 4.5 rounds half to even
+    ],
+)
 def test_bit_width_parameter_learned_values_and_gradient(offset, expected, grad):
     block = BitWidthParameter(3, 3)
     with torch.no_grad():
@@ -75,7 +82,9 @@ def test_bit_width_parameter_loads_a_constant_bit_width():
     assert torch.equal(block.bit_width_offset.detach(), torch.tensor(2.0))
     assert torch.equal(block().detach(), torch.tensor(5.0))
     both = {"bit_width": torch.tensor(5.0), "bit_width_offset": torch.tensor(2.0)}
-    with pytest.raises(RuntimeError, match=r"BitWidthParameter: the state_dict has both 'bit_width'"):
+    with pytest.raises(
+        RuntimeError, match=r"BitWidthParameter: the state_dict has both 'bit_width'"
+    ):
         BitWidthParameter(8, 3).load_state_dict(both)
 
 
@@ -88,22 +97,45 @@ def test_bit_width_parameter_override_pretrained():
 
 
 def test_bit_width_parameter_missing_keys(monkeypatch):
-    assert BitWidthParameter(8).load_state_dict({}, strict=False).missing_keys == ["bit_width_offset"]
+    assert BitWidthParameter(8).load_state_dict({}, strict=False).missing_keys == [
+        "bit_width_offset"
+    ]
     monkeypatch.setattr(config, "IGNORE_MISSING_KEYS", True)
     assert BitWidthParameter(8).load_state_dict({}, strict=True).missing_keys == []
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(bit_width=1), RuntimeError, r"BitWidthParameter: bit_width must be >= max\(2, min_bit_width=2\), got 1"),
-    (dict(bit_width=4, min_bit_width=6), RuntimeError,
-     r"BitWidthParameter: bit_width must be >= max\(2, min_bit_width=6\), got 4"),
-    (dict(bit_width=4, min_bit_width=1), RuntimeError, r"BitWidthParameter: min_bit_width must be >= 2, got 1"),
-    (dict(bit_width=4.5), TypeError, r"BitWidthParameter: bit_width must be an int, got 4.5"),
-    (dict(bit_width=True), TypeError, r"BitWidthParameter: bit_width must be an int, got True"),
-    (dict(bit_width=4, min_bit_width=None), TypeError, r"BitWidthParameter: min_bit_width must be an int"),
-    (dict(bit_width=4, restrict_bit_width_impl=torch.nn.Identity()), TypeError,
-     r"BitWidthParameter: restrict_bit_width_impl must be a restrict-value module"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (
+            dict(bit_width=1),
+            RuntimeError,
+            r"BitWidthParameter: bit_width must be >= max\(2, min_bit_width=2\), got 1",
+        ),
+        (
+            dict(bit_width=4, min_bit_width=6),
+            RuntimeError,
+            r"BitWidthParameter: bit_width must be >= max\(2, min_bit_width=6\), got 4",
+        ),
+        (
+            dict(bit_width=4, min_bit_width=1),
+            RuntimeError,
+            r"BitWidthParameter: min_bit_width must be >= 2, got 1",
+        ),
+        (dict(bit_width=4.5), TypeError, r"BitWidthParameter: bit_width must be an int, got 4.5"),
+        (dict(bit_width=True), TypeError, r"BitWidthParameter: bit_width must be an int, got True"),
+        (
+            dict(bit_width=4, min_bit_width=None),
+            TypeError,
+            r"BitWidthParameter: min_bit_width must be an int",
+        ),
+        (
+            dict(bit_width=4, restrict_bit_width_impl=torch.nn.Identity()),
+            TypeError,
+            r"BitWidthParameter: restrict_bit_width_impl must be a restrict-value module",
+        ),
+    ],
+)
 def test_bit_width_parameter_bad_input(kwargs, error, match):
     with pytest.raises(error, match=match):
         BitWidthParameter(**kwargs)
@@ -142,19 +174,38 @@ def test_remove_bit_width_parameter_state(monkeypatch):
     override = RemoveBitwidthParameter(2, override_pretrained_bit_width=True)
     assert override.load_state_dict(block.state_dict(), strict=True).missing_keys == []
     assert torch.equal(override.bit_width_coeff.detach(), torch.tensor(0.5))
-    assert RemoveBitwidthParameter(2).load_state_dict({}, strict=False).missing_keys == ["bit_width_coeff"]
+    assert RemoveBitwidthParameter(2).load_state_dict({}, strict=False).missing_keys == [
+        "bit_width_coeff"
+    ]
     monkeypatch.setattr(config, "IGNORE_MISSING_KEYS", True)
     assert RemoveBitwidthParameter(2).load_state_dict({}, strict=True).missing_keys == []
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(bit_width_to_remove=-1), RuntimeError, r"RemoveBitwidthParameter: bit_width_to_remove must be >= 0, got -1"),
-    (dict(bit_width_to_remove="2"), TypeError, r"RemoveBitwidthParameter: bit_width_to_remove must be a number"),
-    (dict(bit_width_to_remove=0, remove_zero_bit_width=0.0), ValueError,
-     r"RemoveBitwidthParameter: remove_zero_bit_width must be a finite number > 0, got 0.0"),
-    (dict(bit_width_to_remove=2, non_zero_epsilon=-1.0), ValueError,
-     r"RemoveBitwidthParameter: non_zero_epsilon must be a finite number >= 0, got -1.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (
+            dict(bit_width_to_remove=-1),
+            RuntimeError,
+            r"RemoveBitwidthParameter: bit_width_to_remove must be >= 0, got -1",
+        ),
+        (
+            dict(bit_width_to_remove="2"),
+            TypeError,
+            r"RemoveBitwidthParameter: bit_width_to_remove must be a number",
+        ),
+        (
+            dict(bit_width_to_remove=0, remove_zero_bit_width=0.0),
+            ValueError,
+            r"RemoveBitwidthParameter: remove_zero_bit_width must be a finite number > 0, got 0.0",
+        ),
+        (
+            dict(bit_width_to_remove=2, non_zero_epsilon=-1.0),
+            ValueError,
+            r"RemoveBitwidthParameter: non_zero_epsilon must be a finite number >= 0, got -1.0",
+        ),
+    ],
+)
 def test_remove_bit_width_parameter_bad_input(kwargs, error, match):
     with pytest.raises(error, match=match):
         RemoveBitwidthParameter(**kwargs)

@@ -16,7 +16,8 @@ ROUNDERS = {
     fw.RoundToZeroSte: lambda x: torch.sign(x) * torch.floor(torch.abs(x)),
     # Half to even, except that a negative exact half rounds up (toward +inf).
     fw.DPURoundSte: lambda x: torch.where(
-        (x < 0) & (x - torch.floor(x) == 0.5), torch.ceil(x), torch.round(x)),
+        (x < 0) & (x - torch.floor(x) == 0.5), torch.ceil(x), torch.round(x)
+    ),
 }
 
 
@@ -82,14 +83,18 @@ def test_misc_blocks():
     assert fw.InplaceLogTwo()(y) is y and torch.equal(y, torch.log2(pos))
 
 
-@pytest.mark.parametrize("view, expected_shape", [
-    (fw.OverTensorView(), (2 * 3 * 4 * 5,)),
-    (fw.OverOutputChannelView(), (2, 60)),
-    (fw.OverOutputChannelView(permute_dims=(1, 0, 2, 3)), (3, 40)),
-    (fw.OverBatchOverTensorView(), (2, 60)),
-    (fw.OverBatchOverOutputChannelView(), (2, 3, 20)),
-    (fw.OverOutputFeaturesView(), (24, 5)),
-], ids=["tensor", "channel", "channel_permuted", "batch", "batch_channel", "features"])
+@pytest.mark.parametrize(
+    "view, expected_shape",
+    [
+        (fw.OverTensorView(), (2 * 3 * 4 * 5,)),
+        (fw.OverOutputChannelView(), (2, 60)),
+        (fw.OverOutputChannelView(permute_dims=(1, 0, 2, 3)), (3, 40)),
+        (fw.OverBatchOverTensorView(), (2, 60)),
+        (fw.OverBatchOverOutputChannelView(), (2, 3, 20)),
+        (fw.OverOutputFeaturesView(), (24, 5)),
+    ],
+    ids=["tensor", "channel", "channel_permuted", "batch", "batch_channel", "features"],
+)
 def test_views(view, expected_shape):
     x = torch.arange(120.0).reshape(2, 3, 4, 5)
     y = view(x)
@@ -109,12 +114,29 @@ def test_stats_input_view_shape_impl_names():
     assert impl.OVER_OUTPUT_FEATURES is fw.OverOutputFeaturesView
 
 
-BLOCKS = [fw.RoundSte(), fw.FloorSte(), fw.CeilSte(), fw.RoundToZeroSte(), fw.DPURoundSte(),
-          fw.TensorClamp(), fw.TensorClampSte(), fw.ScalarClamp(0.0, 1.0), fw.ClampMin(0.0),
-          fw.ScalarClampMinSte(0.0), fw.ScalarSignedClampMinSte(1.0), fw.Identity(), fw.Abs(),
-          fw.PowerOfTwo(), fw.LogTwo(), fw.PermuteDims((1, 0)), fw.OverTensorView(),
-          fw.OverOutputChannelView(), fw.OverBatchOverTensorView(),
-          fw.OverBatchOverOutputChannelView(), fw.OverOutputFeaturesView()]
+BLOCKS = [
+    fw.RoundSte(),
+    fw.FloorSte(),
+    fw.CeilSte(),
+    fw.RoundToZeroSte(),
+    fw.DPURoundSte(),
+    fw.TensorClamp(),
+    fw.TensorClampSte(),
+    fw.ScalarClamp(0.0, 1.0),
+    fw.ClampMin(0.0),
+    fw.ScalarClampMinSte(0.0),
+    fw.ScalarSignedClampMinSte(1.0),
+    fw.Identity(),
+    fw.Abs(),
+    fw.PowerOfTwo(),
+    fw.LogTwo(),
+    fw.PermuteDims((1, 0)),
+    fw.OverTensorView(),
+    fw.OverOutputChannelView(),
+    fw.OverBatchOverTensorView(),
+    fw.OverBatchOverOutputChannelView(),
+    fw.OverOutputFeaturesView(),
+]
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: type(b).__name__)

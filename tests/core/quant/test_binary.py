@@ -52,9 +52,11 @@ def run_ref(fn, x, scale, g):
 
 
 @pytest.mark.parametrize("shape_key", list(SCALE_SHAPES))
-@pytest.mark.parametrize("block,ref", [(BinaryQuant, ref_binary),
-                                       (ClampedBinaryQuant, ref_clamped_binary)],
-                         ids=["binary", "clamped"])
+@pytest.mark.parametrize(
+    "block,ref",
+    [(BinaryQuant, ref_binary), (ClampedBinaryQuant, ref_clamped_binary)],
+    ids=["binary", "clamped"],
+)
 def test_values_and_gradients(shape_key, block, ref):
     x, scale = inputs(shape_key)
     g = rand(x.shape, seed=5)
@@ -90,8 +92,9 @@ def test_other_dtypes(dtype):
         assert_bitwise(y.detach(), ref(x, scale))
 
 
-@pytest.mark.parametrize("x_dtype,s_dtype", [(torch.float16, torch.float32),
-                                              (torch.float32, torch.float64)])
+@pytest.mark.parametrize(
+    "x_dtype,s_dtype", [(torch.float16, torch.float32), (torch.float32, torch.float64)]
+)
 def test_mixed_dtypes_promote_like_pytorch(x_dtype, s_dtype):
     x, scale = inputs("dim0", s_dtype)
     x = x.to(x_dtype)
@@ -119,8 +122,9 @@ def test_clamped_with_straight_through_clamp():
     x, scale = inputs("dim0", seed=6)
     x = x * 2.0
     g = rand(x.shape, seed=7)
-    y, gx, _, _ = run(lambda s: ClampedBinaryQuant(s, tensor_clamp_impl=TensorClampSte()), x,
-                      scale, g)
+    y, gx, _, _ = run(
+        lambda s: ClampedBinaryQuant(s, tensor_clamp_impl=TensorClampSte()), x, scale, g
+    )
     assert_bitwise(y, ref_clamped_binary(x, scale))
     assert_bitwise(gx, g * scale)
 
@@ -152,17 +156,38 @@ def test_binary_refuses_unsigned():
         BinaryQuant(LearnedScale(torch.tensor(1.0)), signed=False)
 
 
-@pytest.mark.parametrize("build,exc,match", [
-    (lambda: BinaryQuant(LearnedScale(torch.tensor(1.0)), signed=0), TypeError,
-     r"BinaryQuant: signed must be a bool.*got 0"),
-    (lambda: BinaryQuant(0.1), TypeError, r"BinaryQuant: scaling_impl must be a torch.nn.Module"),
-    (lambda: BinaryQuant(LearnedScale(torch.tensor(1.0)), quant_delay_steps=1.0), TypeError,
-     r"BinaryQuant: quant_delay_steps must be an int"),
-    (lambda: ClampedBinaryQuant(LearnedScale(torch.tensor(1.0)), tensor_clamp_impl=torch.clamp),
-     TypeError, r"ClampedBinaryQuant: tensor_clamp_impl must be a torch.nn.Module"),
-    (lambda: ClampedBinaryQuant(None), TypeError,
-     r"ClampedBinaryQuant: scaling_impl must be a torch.nn.Module, got None"),
-])
+@pytest.mark.parametrize(
+    "build,exc,match",
+    [
+        (
+            lambda: BinaryQuant(LearnedScale(torch.tensor(1.0)), signed=0),
+            TypeError,
+            r"BinaryQuant: signed must be a bool.*got 0",
+        ),
+        (
+            lambda: BinaryQuant(0.1),
+            TypeError,
+            r"BinaryQuant: scaling_impl must be a torch.nn.Module",
+        ),
+        (
+            lambda: BinaryQuant(LearnedScale(torch.tensor(1.0)), quant_delay_steps=1.0),
+            TypeError,
+            r"BinaryQuant: quant_delay_steps must be an int",
+        ),
+        (
+            lambda: ClampedBinaryQuant(
+                LearnedScale(torch.tensor(1.0)), tensor_clamp_impl=torch.clamp
+            ),
+            TypeError,
+            r"ClampedBinaryQuant: tensor_clamp_impl must be a torch.nn.Module",
+        ),
+        (
+            lambda: ClampedBinaryQuant(None),
+            TypeError,
+            r"ClampedBinaryQuant: scaling_impl must be a torch.nn.Module, got None",
+        ),
+    ],
+)
 def test_bad_arguments(build, exc, match):
     with pytest.raises(exc, match=match):
         build()

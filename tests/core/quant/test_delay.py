@@ -50,7 +50,7 @@ def test_counter_is_not_state():
 
 def test_gradient_flows_to_whichever_is_returned():
     x = X.clone().requires_grad_()
-    y = (x * 3.0)
+    y = x * 3.0
     wrapper = DelayWrapper(1)
     wrapper(x, y).sum().backward()
     assert torch.equal(x.grad, torch.ones(2))

@@ -59,8 +59,13 @@ class DropTwoBits(torch.nn.Module):
 class TruncMsb(torch.nn.Module):
     """Keep the most significant bits: divide by 2^(input bits - output bits)."""
 
-    def forward(self, scaling_input: Tensor, input_bit_width: Tensor, output_bit_width: Tensor,
-                signed: Union[bool, Tensor]) -> Tensor:
+    def forward(
+        self,
+        scaling_input: Tensor,
+        input_bit_width: Tensor,
+        output_bit_width: Tensor,
+        signed: Union[bool, Tensor],
+    ) -> Tensor:
         return 2.0 ** (input_bit_width - output_bit_width)
 
 
@@ -73,8 +78,13 @@ def int_quant(signed=True, narrow=True, **kwargs) -> IntQuant:
 
 
 def rescaling(scale_init: Tensor, zp_init: Tensor, bits: float = 4.0) -> RescalingIntQuant:
-    return RescalingIntQuant(int_quant(), LearnedThreshold(scale_init), SignedNarrowIntThreshold(),
-                             LearnedZeroPoint(zp_init), const(bits))
+    return RescalingIntQuant(
+        int_quant(),
+        LearnedThreshold(scale_init),
+        SignedNarrowIntThreshold(),
+        LearnedZeroPoint(zp_init),
+        const(bits),
+    )
 
 
 def ref_rescaling(x, scale_param, zp_param, bits=4.0):
@@ -164,8 +174,9 @@ def test_prescaled_restrict_int_quant():
 def test_prescaled_restrict_int_quant_with_input_bit_width():
     x = rand((3, 5), seed=14, spread=8.0)
     scale = rand_pos((1, 5), seed=15)
-    q = PrescaledRestrictIntQuantWithInputBitWidth(int_quant(signed=False, narrow=False),
-                                                   DropTwoBits())
+    q = PrescaledRestrictIntQuantWithInputBitWidth(
+        int_quant(signed=False, narrow=False), DropTwoBits()
+    )
     y, s, zp, bw = q(x, scale, torch.tensor(6.0))
     assert torch.equal(bw, torch.tensor(4.0))
     assert_bitwise(y, ref_int_quant(x, scale, torch.tensor(0.0), torch.tensor(4.0), False, False))
@@ -188,9 +199,13 @@ def test_prescaled_gradient_to_given_scale():
 
 
 def trunc(float_to_int_impl=None, out_bits=4.0, narrow=False, **kwargs) -> TruncIntQuant:
-    return TruncIntQuant(float_to_int_impl if float_to_int_impl is not None else RoundSte(),
-                         const(out_bits), trunc_scaling_impl=TruncMsb(), narrow_range=narrow,
-                         **kwargs)
+    return TruncIntQuant(
+        float_to_int_impl if float_to_int_impl is not None else RoundSte(),
+        const(out_bits),
+        trunc_scaling_impl=TruncMsb(),
+        narrow_range=narrow,
+        **kwargs,
+    )
 
 
 def ref_trunc(x, scale, zp, in_bits, out_bits, signed, narrow, rnd=torch.round):
@@ -202,7 +217,7 @@ def ref_trunc(x, scale, zp, in_bits, out_bits, signed, narrow, rnd=torch.round):
         lo = -(2.0 ** (out_bits - 1)) + (1.0 if narrow else 0.0)
         hi = 2.0 ** (out_bits - 1) - 1.0
     else:
-        lo, hi = 0.0, 2.0 ** out_bits - (2.0 if narrow else 1.0)
+        lo, hi = 0.0, 2.0**out_bits - (2.0 if narrow else 1.0)
     y = ref_tensor_clamp(y, torch.tensor(lo), torch.tensor(hi))
     out_scale, out_zp = scale * trunc_scale, zp / trunc_scale
     return (y - out_zp) * out_scale, out_scale, out_zp
@@ -218,15 +233,22 @@ def test_trunc_brevitas_docstring_example_by_hand():
     assert torch.equal(zp, torch.tensor(0.0)) and torch.equal(bw, torch.tensor(4.0))
 
 
-@pytest.mark.parametrize("signed", [True, False, torch.tensor(True), torch.tensor(False)],
-                         ids=["bool_signed", "bool_unsigned", "tensor_signed", "tensor_unsigned"])
+@pytest.mark.parametrize(
+    "signed",
+    [True, False, torch.tensor(True), torch.tensor(False)],
+    ids=["bool_signed", "bool_unsigned", "tensor_signed", "tensor_unsigned"],
+)
 @pytest.mark.parametrize("narrow", [False, True])
 @pytest.mark.parametrize("rounding", ["round", "floor"])
 def test_trunc_values(signed, narrow, rounding):
     is_signed = bool(signed)
     scale = rand_pos((1, 6), seed=20) * 0.1
-    ints = torch.randint(-128 if is_signed else 0, 128 if is_signed else 256, (5, 6),
-                         generator=torch.Generator().manual_seed(21)).float()
+    ints = torch.randint(
+        -128 if is_signed else 0,
+        128 if is_signed else 256,
+        (5, 6),
+        generator=torch.Generator().manual_seed(21),
+    ).float()
     x = ints * scale
     impl, rnd = (RoundSte(), torch.round) if rounding == "round" else (FloorSte(), torch.floor)
     q = trunc(impl, out_bits=5.0, narrow=narrow)
@@ -287,8 +309,9 @@ def test_trunc_default_scaling_is_msb():
         pytest.skip("brevitas_cpp.core.scaling has no TruncMsbScaling yet")
     q = TruncIntQuant(RoundSte(), const(4.0))
     assert type(q.trunc_scaling_impl) is scaling.TruncMsbScaling
-    _, scale, _, _ = q(torch.tensor([0.04]), torch.tensor(0.01), torch.tensor(0.0),
-                       torch.tensor(8.0), True)
+    _, scale, _, _ = q(
+        torch.tensor([0.04]), torch.tensor(0.01), torch.tensor(0.0), torch.tensor(8.0), True
+    )
     assert torch.equal(scale, torch.tensor(0.01) * 16.0)
 
 
@@ -306,25 +329,51 @@ def test_blocks_script_under_jit():
         assert isinstance(block, torch.jit.ScriptModule) == JIT_ENABLED
 
 
-@pytest.mark.parametrize("build,match", [
-    (lambda: RescalingIntQuant(None, LearnedThreshold(torch.tensor(1.0)),
-                               SignedNarrowIntThreshold(), LearnedZeroPoint(torch.tensor(0.0)),
-                               const(4.0)),
-     r"RescalingIntQuant: int_quant must be a torch.nn.Module, got None"),
-    (lambda: RescalingIntQuant(int_quant(), LearnedThreshold(torch.tensor(1.0)),
-                               SignedNarrowIntThreshold(), LearnedZeroPoint(torch.tensor(0.0)), 4),
-     r"RescalingIntQuant: bit_width_impl must be a torch.nn.Module, got 4"),
-    (lambda: PrescaledRestrictIntQuant(int_quant(), 8),
-     r"PrescaledRestrictIntQuant: bit_width_impl must be a torch.nn.Module, got 8"),
-    (lambda: PrescaledRestrictIntQuantWithInputBitWidth("iq", DropTwoBits()),
-     r"PrescaledRestrictIntQuantWithInputBitWidth: int_quant must be a torch.nn.Module"),
-    (lambda: TruncIntQuant(RoundSte(), const(4.0), TruncMsb(), narrow_range="no"),
-     r"TruncIntQuant: narrow_range must be a bool.*'no'"),
-    (lambda: TruncIntQuant(torch.round, const(4.0), TruncMsb()),
-     r"TruncIntQuant: float_to_int_impl must be a torch.nn.Module"),
-    (lambda: TruncIntQuant(RoundSte(), const(4.0), TruncMsb(), quant_delay_steps="3"),
-     r"TruncIntQuant: quant_delay_steps must be an int.*'3'"),
-])
+@pytest.mark.parametrize(
+    "build,match",
+    [
+        (
+            lambda: RescalingIntQuant(
+                None,
+                LearnedThreshold(torch.tensor(1.0)),
+                SignedNarrowIntThreshold(),
+                LearnedZeroPoint(torch.tensor(0.0)),
+                const(4.0),
+            ),
+            r"RescalingIntQuant: int_quant must be a torch.nn.Module, got None",
+        ),
+        (
+            lambda: RescalingIntQuant(
+                int_quant(),
+                LearnedThreshold(torch.tensor(1.0)),
+                SignedNarrowIntThreshold(),
+                LearnedZeroPoint(torch.tensor(0.0)),
+                4,
+            ),
+            r"RescalingIntQuant: bit_width_impl must be a torch.nn.Module, got 4",
+        ),
+        (
+            lambda: PrescaledRestrictIntQuant(int_quant(), 8),
+            r"PrescaledRestrictIntQuant: bit_width_impl must be a torch.nn.Module, got 8",
+        ),
+        (
+            lambda: PrescaledRestrictIntQuantWithInputBitWidth("iq", DropTwoBits()),
+            r"PrescaledRestrictIntQuantWithInputBitWidth: int_quant must be a torch.nn.Module",
+        ),
+        (
+            lambda: TruncIntQuant(RoundSte(), const(4.0), TruncMsb(), narrow_range="no"),
+            r"TruncIntQuant: narrow_range must be a bool.*'no'",
+        ),
+        (
+            lambda: TruncIntQuant(torch.round, const(4.0), TruncMsb()),
+            r"TruncIntQuant: float_to_int_impl must be a torch.nn.Module",
+        ),
+        (
+            lambda: TruncIntQuant(RoundSte(), const(4.0), TruncMsb(), quant_delay_steps="3"),
+            r"TruncIntQuant: quant_delay_steps must be an int.*'3'",
+        ),
+    ],
+)
 def test_bad_arguments(build, match):
     with pytest.raises(TypeError, match=match):
         build()

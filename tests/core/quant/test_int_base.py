@@ -7,6 +7,7 @@ import torch
 from core_refs import UserTensorClamp
 from helpers import (
     MODES,
+    ROUND,
     SCALE_SHAPES,
     assert_bitwise,
     rand,
@@ -15,7 +16,6 @@ from helpers import (
     ref_max_int,
     ref_min_int,
     ref_tensor_clamp,
-    ROUND,
 )
 from torch import Tensor
 
@@ -43,8 +43,12 @@ ROUNDING_BLOCKS = {
 CLAMP_BLOCKS = {False: TensorClamp, True: TensorClampSte}
 # Gradients of scale, zero point and bit width are sums over x, and the fused op sums in another
 # order (and wider precision) than autograd: they agree to rounding, not bit for bit.
-SUM_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3,
-                 torch.bfloat16: 2e-2}
+SUM_TOLERANCE = {
+    torch.float64: 1e-12,
+    torch.float32: 1e-5,
+    torch.float16: 2e-3,
+    torch.bfloat16: 2e-2,
+}
 
 
 def assert_same_gradient(got, want) -> None:
@@ -91,10 +95,14 @@ class GroupView(torch.nn.Module):
 
 
 def make(mode="round", clamp_ste=False, signed=True, narrow=False, view=None, delay=0):
-    return IntQuant(narrow_range=narrow, signed=signed,
-                    input_view_impl=view if view is not None else Identity(),
-                    float_to_int_impl=ROUNDING_BLOCKS[mode](),
-                    tensor_clamp_impl=CLAMP_BLOCKS[clamp_ste](), quant_delay_steps=delay)
+    return IntQuant(
+        narrow_range=narrow,
+        signed=signed,
+        input_view_impl=view if view is not None else Identity(),
+        float_to_int_impl=ROUNDING_BLOCKS[mode](),
+        tensor_clamp_impl=CLAMP_BLOCKS[clamp_ste](),
+        quant_delay_steps=delay,
+    )
 
 
 def operands(shape_key, dtype=torch.float32, bits=4.0, seed=0):
@@ -110,8 +118,9 @@ def operands(shape_key, dtype=torch.float32, bits=4.0, seed=0):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("clamp_ste", [False, True])
-@pytest.mark.parametrize("signed,narrow",
-                         [(True, False), (True, True), (False, False), (False, True)])
+@pytest.mark.parametrize(
+    "signed,narrow", [(True, False), (True, True), (False, False), (False, True)]
+)
 def test_values_match_formula_bitwise(mode, clamp_ste, signed, narrow):
     q = make(mode, clamp_ste, signed, narrow)
     assert q.fused
@@ -138,8 +147,10 @@ def test_brevitas_docstring_example():
     assert torch.equal(y, torch.tensor([4.0, -5.0, 7.0, -7.0]) * torch.tensor(0.01))
 
 
-@pytest.mark.parametrize("signed,narrow,lo,hi", [
-    (True, False, -8, 7), (True, True, -7, 7), (False, False, 0, 15), (False, True, 0, 14)])
+@pytest.mark.parametrize(
+    "signed,narrow,lo,hi",
+    [(True, False, -8, 7), (True, True, -7, 7), (False, False, 0, 15), (False, True, 0, 14)],
+)
 def test_integer_range_by_hand(signed, narrow, lo, hi):
     q = make(signed=signed, narrow=narrow)
     bw = torch.tensor(4.0)
@@ -162,8 +173,9 @@ def test_to_int_is_clamped_integer():
     x, scale, zp, bw = operands("dim0")
     q = make("floor", signed=True, narrow=True)
     y_int = q.to_int(scale, zp, bw, x)
-    expected = ref_tensor_clamp(torch.floor(x / scale + zp), ref_min_int(True, True, bw),
-                                ref_max_int(True, True, bw))
+    expected = ref_tensor_clamp(
+        torch.floor(x / scale + zp), ref_min_int(True, True, bw), ref_max_int(True, True, bw)
+    )
     assert_bitwise(y_int, expected)
     assert torch.equal(y_int, torch.round(y_int))
 
@@ -177,8 +189,13 @@ def test_to_int_is_clamped_integer():
 def test_fused_equals_unfused_values_and_gradients(shape_key, clamp_ste, dtype):
     x, scale, zp, bw = operands(shape_key, dtype)
     fused = make("round", clamp_ste, signed=True, narrow=False)
-    unfused = IntQuant(False, True, Identity(), UserRoundSte(),
-                       UserTensorClampSte() if clamp_ste else UserTensorClamp())
+    unfused = IntQuant(
+        False,
+        True,
+        Identity(),
+        UserRoundSte(),
+        UserTensorClampSte() if clamp_ste else UserTensorClamp(),
+    )
     assert fused.fused and not unfused.fused
     g = rand(x.shape, dtype, seed=9)
     results = []
@@ -207,14 +224,21 @@ def test_user_blocks_are_called():
     x, scale, zp, bw = operands("dim1")
     q = IntQuant(False, True, Identity(), HalveAndRound(), TensorClamp())
     y = q(scale, zp, bw, x)
-    expected = (ref_tensor_clamp(torch.round((x / scale + zp) / 2), torch.tensor(-8.0),
-                                 torch.tensor(7.0)) - zp) * scale
+    expected = (
+        ref_tensor_clamp(torch.round((x / scale + zp) / 2), torch.tensor(-8.0), torch.tensor(7.0))
+        - zp
+    ) * scale
     assert_bitwise(y, expected)
 
 
-@pytest.mark.parametrize("x_dtype,s_dtype", [(torch.float16, torch.float32),
-                                              (torch.bfloat16, torch.float32),
-                                              (torch.float32, torch.float64)])
+@pytest.mark.parametrize(
+    "x_dtype,s_dtype",
+    [
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float64),
+    ],
+)
 def test_mixed_dtypes_promote_like_pytorch(x_dtype, s_dtype):
     # The op wants one dtype; other combinations take the composition and PyTorch's promotion.
     x, scale, zp, bw = operands("dim1", s_dtype)
@@ -239,8 +263,9 @@ def test_non_contiguous_input():
     x = base.transpose(0, 2)  # [5, 4, 6]
     scale = rand_pos((1, 4, 1), seed=6)
     y = make("dpu")(scale, torch.tensor(0.0), torch.tensor(5.0), x)
-    assert_bitwise(y, ref_int_quant(x, scale, torch.tensor(0.0), torch.tensor(5.0), True, False,
-                                    "dpu"))
+    assert_bitwise(
+        y, ref_int_quant(x, scale, torch.tensor(0.0), torch.tensor(5.0), True, False, "dpu")
+    )
 
 
 def test_bit_width_outside_fused_range_is_an_error():
@@ -286,8 +311,9 @@ def test_gradients_match_autograd_of_formula(shape_key, mode, clamp_ste):
 
     q = make(mode, clamp_ste, signed=True, narrow=True)
     y, grads = run(lambda x_, s_, z_, b_: q(s_, z_, b_, x_))
-    _, grads_ref = run(lambda x_, s_, z_, b_: ref_int_quant(x_, s_, z_, b_, True, True, mode,
-                                                            clamp_ste))
+    _, grads_ref = run(
+        lambda x_, s_, z_, b_: ref_int_quant(x_, s_, z_, b_, True, True, mode, clamp_ste)
+    )
     # The reference's straight-through form u + (round(u) - u) turns -0.0 into +0.0; its
     # values are compared without a graph, where it is the plain formula.
     assert_bitwise(y, ref_int_quant(x, scale, zp, bw, True, True, mode, clamp_ste))
@@ -317,11 +343,15 @@ def test_input_view_impl_per_group():
     q = make(view=GroupView(2))
     y = q(scale, torch.tensor(0.0), torch.tensor(4.0), x)
     assert y.shape == (3, 4, 2)
-    assert_bitwise(y, ref_int_quant(x.view(3, 4, 2), scale, torch.tensor(0.0), torch.tensor(4.0),
-                                    True, False))
-    assert_bitwise(q.to_int(scale, torch.tensor(0.0), torch.tensor(4.0), x),
-                   ref_tensor_clamp(torch.round(x.view(3, 4, 2) / scale), torch.tensor(-8.0),
-                                    torch.tensor(7.0)))
+    assert_bitwise(
+        y, ref_int_quant(x.view(3, 4, 2), scale, torch.tensor(0.0), torch.tensor(4.0), True, False)
+    )
+    assert_bitwise(
+        q.to_int(scale, torch.tensor(0.0), torch.tensor(4.0), x),
+        ref_tensor_clamp(
+            torch.round(x.view(3, 4, 2) / scale), torch.tensor(-8.0), torch.tensor(7.0)
+        ),
+    )
 
 
 def test_quant_delay_steps_returns_input_first():
@@ -374,17 +404,38 @@ def test_default_blocks_are_round_and_tensor_clamp():
 # ---- errors --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(narrow_range=1), TypeError, r"IntQuant: narrow_range must be a bool.*got 1"),
-    (dict(signed="yes"), TypeError, r"IntQuant: signed must be a bool.*got 'yes'"),
-    (dict(input_view_impl=None), TypeError, r"IntQuant: input_view_impl must be a torch.nn.Module"),
-    (dict(float_to_int_impl=torch.round), TypeError,
-     r"IntQuant: float_to_int_impl must be a torch.nn.Module"),
-    (dict(tensor_clamp_impl="clamp"), TypeError,
-     r"IntQuant: tensor_clamp_impl must be a torch.nn.Module.*'clamp'"),
-    (dict(quant_delay_steps=2.5), TypeError, r"IntQuant: quant_delay_steps must be an int.*2.5"),
-    (dict(quant_delay_steps=True), TypeError, r"IntQuant: quant_delay_steps must be an int.*True"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(narrow_range=1), TypeError, r"IntQuant: narrow_range must be a bool.*got 1"),
+        (dict(signed="yes"), TypeError, r"IntQuant: signed must be a bool.*got 'yes'"),
+        (
+            dict(input_view_impl=None),
+            TypeError,
+            r"IntQuant: input_view_impl must be a torch.nn.Module",
+        ),
+        (
+            dict(float_to_int_impl=torch.round),
+            TypeError,
+            r"IntQuant: float_to_int_impl must be a torch.nn.Module",
+        ),
+        (
+            dict(tensor_clamp_impl="clamp"),
+            TypeError,
+            r"IntQuant: tensor_clamp_impl must be a torch.nn.Module.*'clamp'",
+        ),
+        (
+            dict(quant_delay_steps=2.5),
+            TypeError,
+            r"IntQuant: quant_delay_steps must be an int.*2.5",
+        ),
+        (
+            dict(quant_delay_steps=True),
+            TypeError,
+            r"IntQuant: quant_delay_steps must be an int.*True",
+        ),
+    ],
+)
 def test_bad_arguments(kwargs, exc, match):
     args = dict(narrow_range=False, signed=True, input_view_impl=Identity())
     args.update(kwargs)

@@ -57,13 +57,16 @@ def test_threshold_is_rounded_like_pytorch():
     assert torch.equal(y, torch.tensor([0.0, 1.0, 0.0]) * scale)
 
 
-@pytest.mark.parametrize("x_dtype,s_dtype,out_dtype", [
-    (torch.float64, torch.float64, torch.float64),
-    (torch.float16, torch.float16, torch.float32),
-    (torch.bfloat16, torch.bfloat16, torch.float32),
-    (torch.float16, torch.float32, torch.float32),
-    (torch.float32, torch.float64, torch.float64),
-])
+@pytest.mark.parametrize(
+    "x_dtype,s_dtype,out_dtype",
+    [
+        (torch.float64, torch.float64, torch.float64),
+        (torch.float16, torch.float16, torch.float32),
+        (torch.bfloat16, torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32, torch.float32),
+        (torch.float32, torch.float64, torch.float64),
+    ],
+)
 def test_dtypes(x_dtype, s_dtype, out_dtype):
     x = rand((4, 6), x_dtype, seed=4)
     scale = rand_pos((4, 1), s_dtype, seed=5)

@@ -8,10 +8,10 @@ from brevitas_cpp.core.scaling import IntScaling, PowerOfTwoIntScaling
 
 # (signed, narrow_range) -> threshold for 8 bits
 INT_SCALING_8BIT = {
-    (True, False): 128.0,   # -min_int = 2^7
-    (True, True): 127.0,    # -min_int = 2^7 - 1
+    (True, False): 128.0,  # -min_int = 2^7
+    (True, True): 127.0,  # -min_int = 2^7 - 1
     (False, False): 255.0,  # max_int = 2^8 - 1
-    (False, True): 254.0,   # max_int = 2^8 - 2
+    (False, True): 254.0,  # max_int = 2^8 - 2
 }
 
 
@@ -30,7 +30,9 @@ def test_int_scaling_signedness_per_call(signed, narrow_range):
     assert torch.equal(block(torch.tensor(8.0), signed), expected)
     assert torch.equal(block(torch.tensor(8.0), torch.tensor(signed)), expected)
     # The call's flag wins over the constructor's.
-    assert torch.equal(IntScaling(narrow_range, signed=not signed)(torch.tensor(8.0), signed), expected)
+    assert torch.equal(
+        IntScaling(narrow_range, signed=not signed)(torch.tensor(8.0), signed), expected
+    )
 
 
 def test_int_scaling_bit_width_gradient_and_per_channel():
@@ -55,8 +57,10 @@ def test_power_of_two_int_scaling(signed, expected):
 def test_signed_must_be_known():
     for block in (IntScaling(narrow_range=False), PowerOfTwoIntScaling()):
         name = type(block).__name__
-        with pytest.raises((ValueError, torch.jit.Error),
-                           match=f"{name}: signed is None both at construction and in the call"):
+        with pytest.raises(
+            (ValueError, torch.jit.Error),
+            match=f"{name}: signed is None both at construction and in the call",
+        ):
             block(torch.tensor(8.0))
 
 
@@ -65,7 +69,9 @@ def test_bad_flags():
         IntScaling(narrow_range=None)
     with pytest.raises(TypeError, match="IntScaling: signed must be a bool or None, got 'yes'"):
         IntScaling(narrow_range=True, signed="yes")
-    with pytest.raises(TypeError, match="PowerOfTwoIntScaling: signed must be a bool or None, got 1"):
+    with pytest.raises(
+        TypeError, match="PowerOfTwoIntScaling: signed must be a bool or None, got 1"
+    ):
         PowerOfTwoIntScaling(signed=1)
 
 

@@ -56,19 +56,34 @@ def ref_abs_max(x: Tensor, per_channel: bool) -> Tensor:
     return torch.abs(x).max()
 
 
-def make_block(per_channel: bool, steps: int = 3, kind: str = "float",
-               min_val: Optional[float] = None, momentum: Optional[float] = 0.1,
-               **kwargs) -> ParameterFromRuntimeStatsScaling:
+def make_block(
+    per_channel: bool,
+    steps: int = 3,
+    kind: str = "float",
+    min_val: Optional[float] = None,
+    momentum: Optional[float] = 0.1,
+    **kwargs,
+) -> ParameterFromRuntimeStatsScaling:
     if per_channel:
         return ParameterFromRuntimeStatsScaling(
-            steps, AbsMaxOverDim1(),
+            steps,
+            AbsMaxOverDim1(),
             scaling_stats_input_view_shape_impl=OverOutputChannelView(permute_dims=(1, 0, 2)),
-            scaling_shape=(1, 4, 1), restrict_scaling_impl=RESTRICTS[kind](),
-            scaling_stats_momentum=momentum, scaling_min_val=min_val, **kwargs)
+            scaling_shape=(1, 4, 1),
+            restrict_scaling_impl=RESTRICTS[kind](),
+            scaling_stats_momentum=momentum,
+            scaling_min_val=min_val,
+            **kwargs,
+        )
     return ParameterFromRuntimeStatsScaling(
-        steps, AbsMaxOverTensor(), scaling_stats_input_view_shape_impl=OverTensorView(),
-        restrict_scaling_impl=RESTRICTS[kind](), scaling_stats_momentum=momentum,
-        scaling_min_val=min_val, **kwargs)
+        steps,
+        AbsMaxOverTensor(),
+        scaling_stats_input_view_shape_impl=OverTensorView(),
+        restrict_scaling_impl=RESTRICTS[kind](),
+        scaling_stats_momentum=momentum,
+        scaling_min_val=min_val,
+        **kwargs,
+    )
 
 
 def batches(n: int) -> List[Tensor]:
@@ -80,10 +95,17 @@ def batches(n: int) -> List[Tensor]:
 
 
 # Each restriction per tensor and per channel; bound and momentum kind alternate.
-@pytest.mark.parametrize("kind, min_val, momentum, per_channel", [
-    ("float", None, 0.1, False), ("float", 2.5, None, True),
-    ("log", 2.5, 0.1, False), ("log", None, None, True),
-    ("po2", None, None, False), ("po2", 2.5, 0.1, True)])
+@pytest.mark.parametrize(
+    "kind, min_val, momentum, per_channel",
+    [
+        ("float", None, 0.1, False),
+        ("float", 2.5, None, True),
+        ("log", 2.5, 0.1, False),
+        ("log", None, None, True),
+        ("po2", None, None, False),
+        ("po2", 2.5, 0.1, True),
+    ],
+)
 def test_warm_up_then_learned_value(kind, min_val, momentum, per_channel):
     steps = 3
     block = make_block(per_channel, steps, kind, min_val, momentum)
@@ -129,8 +151,10 @@ def test_warm_up_then_learned_value(kind, min_val, momentum, per_channel):
     # Afterwards: the learned value, whatever the input.
     with torch.no_grad():
         block.value.mul_(1.5)
-    learned = (init_value * 1.5)
-    assert torch.equal(block(data[steps + 1] * 100.0, thr), ref_learned_train(learned, thr, kind, min_val))
+    learned = init_value * 1.5
+    assert torch.equal(
+        block(data[steps + 1] * 100.0, thr), ref_learned_train(learned, thr, kind, min_val)
+    )
     block.eval()
     assert torch.equal(block(data[0], thr), ref_eval(learned, thr, kind, min_val))
 
@@ -156,7 +180,8 @@ def test_eval_before_training_uses_the_initial_buffer():
 def test_warm_up_keeps_every_bit_of_the_statistic():
     # x + 0 * value would turn a -0.0 statistic into +0.0; the warm-up must not.
     block = ParameterFromRuntimeStatsScaling(
-        2, MaxOverTensor(), scaling_stats_input_view_shape_impl=OverTensorView())
+        2, MaxOverTensor(), scaling_stats_input_view_shape_impl=OverTensorView()
+    )
     out = block(torch.full((2, 3), -0.0))
     assert torch.equal(out, torch.zeros(1)) and bool(torch.signbit(out).all())
 
@@ -263,8 +288,11 @@ def test_bad_arguments():
     for steps in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match=f"{name}: collect_stats_steps must be a positive int"):
             make_block(False, steps=steps)
-    with pytest.raises(ValueError, match=rf"{name}: scaling_stats_momentum must be None "
-                                         rf"\(cumulative average\) or a float in \[0, 1\], got -0.1"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{name}: scaling_stats_momentum must be None "
+        rf"\(cumulative average\) or a float in \[0, 1\], got -0.1",
+    ):
         make_block(False, momentum=-0.1)
     with pytest.raises(ValueError, match=f"{name}: scaling_shape must be a tuple of positive ints"):
         ParameterFromRuntimeStatsScaling(1, AbsMaxOverTensor(), scaling_shape=[2, "a"])
@@ -282,8 +310,11 @@ class TinyQuantModel(torch.nn.Module):
         super().__init__()
         self.linear = torch.nn.Linear(4, 4)
         self.scaling = ParameterFromRuntimeStatsScaling(
-            steps, AbsMaxOverTensor(), scaling_stats_input_view_shape_impl=OverTensorView(),
-            restrict_scaling_impl=LogFloatRestrictValue())
+            steps,
+            AbsMaxOverTensor(),
+            scaling_stats_input_view_shape_impl=OverTensorView(),
+            restrict_scaling_impl=LogFloatRestrictValue(),
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.linear(x)
@@ -292,7 +323,6 @@ class TinyQuantModel(torch.nn.Module):
 
 
 class OneUnusedParameter(torch.nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.used = torch.nn.Parameter(torch.ones(2))

@@ -28,9 +28,15 @@ from brevitas_cpp.core.scaling.runtime import _AffineRescaling, _StatsScaling
 # ---- written-out references ---------------------------------------------------------------------
 
 
-def ref_stats_to_scale(stats: Tensor, threshold: Tensor, kind: str, min_val: Optional[float],
-                       affine_weight: Optional[Tensor] = None,
-                       affine_bias: Optional[Tensor] = None, unsigned: bool = True) -> Tensor:
+def ref_stats_to_scale(
+    stats: Tensor,
+    threshold: Tensor,
+    kind: str,
+    min_val: Optional[float],
+    affine_weight: Optional[Tensor] = None,
+    affine_bias: Optional[Tensor] = None,
+    unsigned: bool = True,
+) -> Tensor:
     """_StatsScaling: clamp, to the restrict domain, affine, restrict + clamp + abs, / threshold."""
     thr = torch.abs(RESTRICT[kind](TO_DOMAIN[kind](threshold)))
     s = signed_clamp_min(stats, min_val) if min_val is not None else stats
@@ -109,22 +115,38 @@ def test_affine_rescaling_ignore_missing_keys(monkeypatch):
 
 
 def test_affine_rescaling_bad_arguments():
-    with pytest.raises(ValueError, match=r"_AffineRescaling: affine_bias_init must be finite, got nan"):
+    with pytest.raises(
+        ValueError, match=r"_AffineRescaling: affine_bias_init must be finite, got nan"
+    ):
         _AffineRescaling((), 1.0, float("nan"), None, None)
-    with pytest.raises(ValueError, match=r"_AffineRescaling: scaling_shape must be a tuple of "
-                                         r"positive ints"):
+    with pytest.raises(
+        ValueError,
+        match=r"_AffineRescaling: scaling_shape must be a tuple of "
+        r"positive ints",
+    ):
         _AffineRescaling((2, -1), 1.0, None, None, None)
 
 
 # ---- _StatsScaling ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, min_val, unsigned", [
-    ("float", None, True), ("float", 0.5, False), ("log", 0.5, True), ("log", None, False),
-    ("po2", None, True), ("po2", 0.5, False), ("int", 0.5, True), ("int", None, False)])
+@pytest.mark.parametrize(
+    "kind, min_val, unsigned",
+    [
+        ("float", None, True),
+        ("float", 0.5, False),
+        ("log", 0.5, True),
+        ("log", None, False),
+        ("po2", None, True),
+        ("po2", 0.5, False),
+        ("int", 0.5, True),
+        ("int", None, False),
+    ],
+)
 def test_stats_scaling(kind, min_val, unsigned):
-    block = _StatsScaling(RESTRICTS[kind](), None, min_val, (3,), 2.0, 0.5, None, None,
-                          is_scale_unsigned=unsigned)
+    block = _StatsScaling(
+        RESTRICTS[kind](), None, min_val, (3,), 2.0, 0.5, None, None, is_scale_unsigned=unsigned
+    )
     assert_scripted(block)
     stats = torch.tensor([0.2, 1.7, 9.0], requires_grad=True)
     thr = torch.tensor(3.0)
@@ -142,8 +164,12 @@ def test_stats_scaling(kind, min_val, unsigned):
     assert_grad_close(block.affine_rescaling.affine_bias.value.grad, b.grad)
     # Without a threshold the divisor is ones(1).
     no_thr = block(stats.detach())
-    assert torch.equal(no_thr, ref_stats_to_scale(stats.detach(), torch.ones(1), kind, min_val,
-                                                  w.detach(), b.detach(), unsigned))
+    assert torch.equal(
+        no_thr,
+        ref_stats_to_scale(
+            stats.detach(), torch.ones(1), kind, min_val, w.detach(), b.detach(), unsigned
+        ),
+    )
 
 
 def test_stats_scaling_zero_stat_is_clamped_before_log():
@@ -157,16 +183,31 @@ def test_stats_scaling_zero_stat_is_clamped_before_log():
 # ---- StatsFromParameterScaling --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, min_val, per_channel", [
-    ("float", None, False), ("float", 0.9, True), ("log", 0.9, False), ("log", None, True),
-    ("po2", None, False), ("po2", 0.9, True), ("int", 0.9, False), ("int", None, True)])
+@pytest.mark.parametrize(
+    "kind, min_val, per_channel",
+    [
+        ("float", None, False),
+        ("float", 0.9, True),
+        ("log", 0.9, False),
+        ("log", None, True),
+        ("po2", None, False),
+        ("po2", 0.9, True),
+        ("int", 0.9, False),
+        ("int", None, True),
+    ],
+)
 def test_stats_from_parameter_scaling(kind, min_val, per_channel):
     wp = torch.nn.Parameter(weight())
     block = StatsFromParameterScaling(
         AbsMaxOverDim1() if per_channel else AbsMaxOverTensor(),
-        OverOutputChannelView() if per_channel else OverTensorView(), 0, [wp],
-        (4, 1, 1) if per_channel else (), restrict_scaling_impl=RESTRICTS[kind](),
-        scaling_affine_rescaling_init=0.75, scaling_min_val=min_val)
+        OverOutputChannelView() if per_channel else OverTensorView(),
+        0,
+        [wp],
+        (4, 1, 1) if per_channel else (),
+        restrict_scaling_impl=RESTRICTS[kind](),
+        scaling_affine_rescaling_init=0.75,
+        scaling_min_val=min_val,
+    )
     assert_scripted(block)
     thr = torch.tensor(127.0)
     out = block(wp, thr)
@@ -182,8 +223,10 @@ def test_stats_from_parameter_scaling(kind, min_val, per_channel):
     # Recomputed on every call.
     with torch.no_grad():
         wp.mul_(2.0)
-    assert torch.equal(block(wp, thr), ref_stats_to_scale(
-        ref_abs_max(wp.detach(), per_channel), thr, kind, min_val, aw.detach()))
+    assert torch.equal(
+        block(wp, thr),
+        ref_stats_to_scale(ref_abs_max(wp.detach(), per_channel), thr, kind, min_val, aw.detach()),
+    )
     # Only the affine factor is state; the weight belongs to its layer.
     assert list(block.state_dict()) == ["stats_scaling_impl.affine_rescaling.affine_weight"]
 
@@ -191,8 +234,14 @@ def test_stats_from_parameter_scaling(kind, min_val, per_channel):
 def test_stats_from_parameter_scaling_default_threshold_and_gradcheck():
     wp = torch.nn.Parameter(weight().double())
     block = StatsFromParameterScaling(
-        AbsMaxOverDim1(), OverOutputChannelView(), 0, [wp], (4, 1, 1),
-        restrict_scaling_impl=LogFloatRestrictValue(), dtype=torch.float64)
+        AbsMaxOverDim1(),
+        OverOutputChannelView(),
+        0,
+        [wp],
+        (4, 1, 1),
+        restrict_scaling_impl=LogFloatRestrictValue(),
+        dtype=torch.float64,
+    )
     out = block(wp)
     assert torch.equal(out, torch.abs(2.0 ** torch.log2(ref_abs_max(wp.detach(), True))) / 1.0)
     # Smooth in the weight (log domain, no clamps): float64 gradcheck.
@@ -201,12 +250,17 @@ def test_stats_from_parameter_scaling_default_threshold_and_gradcheck():
 
 def test_stats_from_parameter_scaling_bad_arguments():
     wp = torch.nn.Parameter(weight())
-    with pytest.raises(RuntimeError, match="StatsFromParameterScaling: enabling shifting of the "
-                                           "scale"):
-        StatsFromParameterScaling(AbsMaxOverTensor(), OverTensorView(), 0, [wp], (),
-                                  scaling_affine_shifting_init=0.1)
-    with pytest.raises(ValueError, match="StatsFromParameterScaling: tracked_parameter_list must "
-                                         "be a non-empty list of tensors"):
+    with pytest.raises(
+        RuntimeError, match="StatsFromParameterScaling: enabling shifting of the scale"
+    ):
+        StatsFromParameterScaling(
+            AbsMaxOverTensor(), OverTensorView(), 0, [wp], (), scaling_affine_shifting_init=0.1
+        )
+    with pytest.raises(
+        ValueError,
+        match="StatsFromParameterScaling: tracked_parameter_list must "
+        "be a non-empty list of tensors",
+    ):
         StatsFromParameterScaling(AbsMaxOverTensor(), OverTensorView(), 0, wp, ())
 
 
@@ -218,17 +272,29 @@ def batches(n: int):
     return [torch.randn(5, 4, 3, generator=g) * (i + 1) for i in range(n)]
 
 
-@pytest.mark.parametrize("kind, momentum, per_channel", [
-    ("float", 0.1, False), ("float", None, True), ("log", None, False), ("log", 0.1, True),
-    ("po2", 0.1, True)])
+@pytest.mark.parametrize(
+    "kind, momentum, per_channel",
+    [
+        ("float", 0.1, False),
+        ("float", None, True),
+        ("log", None, False),
+        ("log", 0.1, True),
+        ("po2", 0.1, True),
+    ],
+)
 def test_runtime_stats_scaling_train_and_eval(kind, momentum, per_channel):
     # Per channel: channels are dim 1 of the activation, moved first by the view.
     view = OverOutputChannelView(permute_dims=(1, 0, 2)) if per_channel else OverTensorView()
     shape = (1, 4, 1) if per_channel else ()
     block = RuntimeStatsScaling(
-        AbsMaxOverDim1() if per_channel else AbsMaxOverTensor(), view, shape,
-        scaling_affine_rescaling_init=1.25, restrict_scaling_impl=RESTRICTS[kind](),
-        scaling_stats_momentum=momentum, scaling_min_val=1e-2)
+        AbsMaxOverDim1() if per_channel else AbsMaxOverTensor(),
+        view,
+        shape,
+        scaling_affine_rescaling_init=1.25,
+        restrict_scaling_impl=RESTRICTS[kind](),
+        scaling_stats_momentum=momentum,
+        scaling_min_val=1e-2,
+    )
     assert_scripted(block)
     thr = torch.tensor(7.0)
     running = None
@@ -256,12 +322,19 @@ def test_runtime_stats_scaling_train_and_eval(kind, momentum, per_channel):
     assert torch.equal(out, ref_stats_to_scale(running, thr, kind, 1e-2, aw.detach()))
     # The running statistic is state: it is saved and restores the eval scale.
     saved = block.state_dict()
-    assert sorted(saved) == ["runtime_stats.running_stats",
-                             "stats_scaling_impl.affine_rescaling.affine_weight"]
+    assert sorted(saved) == [
+        "runtime_stats.running_stats",
+        "stats_scaling_impl.affine_rescaling.affine_weight",
+    ]
     fresh = RuntimeStatsScaling(
-        AbsMaxOverDim1() if per_channel else AbsMaxOverTensor(), view, shape,
-        scaling_affine_rescaling_init=1.0, restrict_scaling_impl=RESTRICTS[kind](),
-        scaling_stats_momentum=momentum, scaling_min_val=1e-2)
+        AbsMaxOverDim1() if per_channel else AbsMaxOverTensor(),
+        view,
+        shape,
+        scaling_affine_rescaling_init=1.0,
+        restrict_scaling_impl=RESTRICTS[kind](),
+        scaling_stats_momentum=momentum,
+        scaling_min_val=1e-2,
+    )
     fresh.load_state_dict(saved)
     fresh.eval()
     assert torch.equal(fresh(torch.randn(5, 4, 3), thr), out)
@@ -280,12 +353,19 @@ def test_runtime_stats_scaling_signed_and_bad_arguments():
     assert torch.equal(block(x, torch.tensor(-2.0)), torch.tensor(-1.5))
     unsigned = RuntimeStatsScaling(MinOverTensor(), OverTensorView(), ())
     assert torch.equal(unsigned(x, torch.tensor(-2.0)), torch.tensor(1.5))
-    with pytest.raises(ValueError, match=r"RuntimeStatsScaling: scaling_stats_momentum must be None "
-                                         r"\(cumulative average\) or a float in \[0, 1\], got 1.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"RuntimeStatsScaling: scaling_stats_momentum must be None "
+        r"\(cumulative average\) or a float in \[0, 1\], got 1.5",
+    ):
         RuntimeStatsScaling(AbsMaxOverTensor(), OverTensorView(), (), scaling_stats_momentum=1.5)
-    with pytest.raises(TypeError, match="RuntimeStatsScaling: scaling_stats_input_view_shape_impl "
-                                        "must be a torch.nn.Module, got None"):
+    with pytest.raises(
+        TypeError,
+        match="RuntimeStatsScaling: scaling_stats_input_view_shape_impl "
+        "must be a torch.nn.Module, got None",
+    ):
         RuntimeStatsScaling(AbsMaxOverTensor(), None, ())
     with pytest.raises(RuntimeError, match="RuntimeStatsScaling: enabling shifting of the scale"):
-        RuntimeStatsScaling(AbsMaxOverTensor(), OverTensorView(), (),
-                            scaling_affine_shifting_init=0.5)
+        RuntimeStatsScaling(
+            AbsMaxOverTensor(), OverTensorView(), (), scaling_affine_shifting_init=0.5
+        )

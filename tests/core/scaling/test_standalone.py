@@ -46,8 +46,9 @@ def restricted_threshold(threshold: Tensor, kind: str) -> Tensor:
     return torch.abs(RESTRICT[kind](TO_DOMAIN[kind](threshold)))
 
 
-def ref_held_scale(value: Tensor, threshold: Tensor, kind: str, min_val: Optional[float],
-                   unsigned: bool = True) -> Tensor:
+def ref_held_scale(
+    value: Tensor, threshold: Tensor, kind: str, min_val: Optional[float], unsigned: bool = True
+) -> Tensor:
     """ConstScaling / ParameterScaling: value is in the restrict domain."""
     out = restrict_clamp(value, kind, min_val, unsigned) / restricted_threshold(threshold, kind)
     return torch.abs(out) if unsigned else out
@@ -80,9 +81,12 @@ MIN_VALS = [None, 0.25]
 # Every restriction with every threshold, the lower bound on for half of them (scripting each
 # block takes time under BREVITAS_JIT=1, so the full product is not run).
 KIND_THRESHOLD_MIN_VAL = [
-    pytest.param(kind, thr, MIN_VALS[(k + t) % 2], id=f"{kind}-{tid}-min_val_{MIN_VALS[(k + t) % 2]}")
+    pytest.param(
+        kind, thr, MIN_VALS[(k + t) % 2], id=f"{kind}-{tid}-min_val_{MIN_VALS[(k + t) % 2]}"
+    )
     for k, kind in enumerate(["float", "log", "po2", "int"])
-    for t, (thr, tid) in enumerate(zip(THRESHOLDS, THRESHOLD_IDS))]
+    for t, (thr, tid) in enumerate(zip(THRESHOLDS, THRESHOLD_IDS))
+]
 
 
 def ones_threshold(placeholder: Tensor) -> Tensor:
@@ -126,7 +130,9 @@ def test_const_scaling_per_channel_tensor_init(kind, min_val):
 def test_const_scaling_signed_keeps_sign_and_follows_dtype():
     block = ConstScaling(-0.5, is_scale_unsigned=False, dtype=torch.float64)
     out = block(torch.randn(3, dtype=torch.float64))
-    assert out.dtype == torch.float64 and torch.equal(out, torch.tensor([-0.5], dtype=torch.float64))
+    assert out.dtype == torch.float64 and torch.equal(
+        out, torch.tensor([-0.5], dtype=torch.float64)
+    )
     assert torch.equal(ConstScaling(-0.5)(torch.randn(3)), torch.tensor([0.5]))
 
 
@@ -143,17 +149,21 @@ def test_bad_scaling_init_is_rejected(block_cls):
         block_cls(float("nan"))
     with pytest.raises(ValueError, match=f"{name}: scaling_init must be finite"):
         block_cls(torch.tensor([1.0, float("inf")]))
-    with pytest.raises(ValueError, match=f"{name}: scaling_init must be positive with "
-                                         "LogFloatRestrictValue"):
+    with pytest.raises(
+        ValueError, match=f"{name}: scaling_init must be positive with LogFloatRestrictValue"
+    ):
         block_cls(-1.0, restrict_scaling_impl=LogFloatRestrictValue())
-    with pytest.raises(ValueError, match=f"{name}: scaling_init must be positive with "
-                                         "PowerOfTwoRestrictValue"):
+    with pytest.raises(
+        ValueError, match=f"{name}: scaling_init must be positive with PowerOfTwoRestrictValue"
+    ):
         block_cls(torch.tensor([0.5, 0.0]), restrict_scaling_impl=PowerOfTwoRestrictValue())
-    with pytest.raises(TypeError, match=f"{name}: scaling_init must be a float or a tensor, "
-                                        "got 'a'"):
+    with pytest.raises(
+        TypeError, match=f"{name}: scaling_init must be a float or a tensor, got 'a'"
+    ):
         block_cls("a")
-    with pytest.raises(TypeError, match=f"{name}: restrict_scaling_impl must be a restrict-value "
-                                        "block"):
+    with pytest.raises(
+        TypeError, match=f"{name}: restrict_scaling_impl must be a restrict-value block"
+    ):
         block_cls(1.0, restrict_scaling_impl=Identity())
 
 
@@ -164,8 +174,12 @@ def test_bad_scaling_init_is_rejected(block_cls):
 @pytest.mark.parametrize("scaling_shape", [None, (4, 1)], ids=["per_tensor", "per_channel"])
 def test_parameter_scaling_numbers_and_gradient(kind, threshold, min_val, scaling_shape):
     init = 0.37
-    block = ParameterScaling(init, scaling_shape=scaling_shape,
-                             restrict_scaling_impl=RESTRICTS[kind](), scaling_min_val=min_val)
+    block = ParameterScaling(
+        init,
+        scaling_shape=scaling_shape,
+        restrict_scaling_impl=RESTRICTS[kind](),
+        scaling_min_val=min_val,
+    )
     assert_scripted(block)
     expected_value = TO_DOMAIN[kind](torch.tensor(init))
     if scaling_shape is not None:
@@ -185,8 +199,12 @@ def test_parameter_scaling_numbers_and_gradient(kind, threshold, min_val, scalin
 
 @pytest.mark.parametrize("kind", ["float", "log"])
 def test_parameter_scaling_gradcheck_float64(kind):
-    block = ParameterScaling(torch.tensor([0.3, 0.7, 1.9]), scaling_shape=(3,),
-                             restrict_scaling_impl=RESTRICTS[kind](), dtype=torch.float64)
+    block = ParameterScaling(
+        torch.tensor([0.3, 0.7, 1.9]),
+        scaling_shape=(3,),
+        restrict_scaling_impl=RESTRICTS[kind](),
+        dtype=torch.float64,
+    )
     thr = torch.tensor([2.0, 5.0, 0.5], dtype=torch.float64)
     x = torch.empty(3, dtype=torch.float64)
     finite_difference_check(lambda: block(x, thr), block.value)
@@ -202,11 +220,17 @@ def test_parameter_scaling_tensor_init_shapes():
     with torch.no_grad():
         block.value.mul_(2.0)
     assert torch.equal(per_channel, torch.tensor([0.5, 1.5, 2.5]).view(3, 1))
-    with pytest.raises(RuntimeError, match=r"ParameterScaling: scaling_init has shape \(3,\), which "
-                                           r"is neither a scalar \(\) nor scaling_shape \(3, 1\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"ParameterScaling: scaling_init has shape \(3,\), which "
+        r"is neither a scalar \(\) nor scaling_shape \(3, 1\)",
+    ):
         ParameterScaling(torch.ones(3), scaling_shape=(3, 1))
-    with pytest.raises(ValueError, match=r"ParameterScaling: scaling_shape must be a tuple of "
-                                         r"positive ints \(\(\) for a scalar\), got 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"ParameterScaling: scaling_shape must be a tuple of "
+        r"positive ints \(\(\) for a scalar\), got 3",
+    ):
         ParameterScaling(1.0, scaling_shape=3)
 
 
@@ -256,12 +280,20 @@ def weight() -> Tensor:
     return torch.randn(4, 3, 2, generator=g) * 0.3
 
 
-def stats_block(per_channel: bool, wp: Tensor, kind: str = "float",
-                min_val: Optional[float] = None, affine: Optional[float] = None,
-                shift: Optional[float] = None, **kwargs) -> ParameterFromStatsFromParameterScaling:
+def stats_block(
+    per_channel: bool,
+    wp: Tensor,
+    kind: str = "float",
+    min_val: Optional[float] = None,
+    affine: Optional[float] = None,
+    shift: Optional[float] = None,
+    **kwargs,
+) -> ParameterFromStatsFromParameterScaling:
     return ParameterFromStatsFromParameterScaling(
         scaling_stats_impl=AbsMaxOverDim1() if per_channel else AbsMaxOverTensor(),
-        scaling_stats_input_view_shape_impl=OverOutputChannelView() if per_channel else OverTensorView(),
+        scaling_stats_input_view_shape_impl=OverOutputChannelView()
+        if per_channel
+        else OverTensorView(),
         scaling_stats_input_concat_dim=0,
         tracked_parameter_list=[wp],
         scaling_shape=(4, 1, 1) if per_channel else (),
@@ -269,7 +301,8 @@ def stats_block(per_channel: bool, wp: Tensor, kind: str = "float",
         scaling_min_val=min_val,
         scaling_affine_rescaling_init=affine,
         scaling_affine_shifting_init=shift,
-        **kwargs)
+        **kwargs,
+    )
 
 
 def ref_weight_stats(w: Tensor, per_channel: bool) -> Tensor:
@@ -278,8 +311,14 @@ def ref_weight_stats(w: Tensor, per_channel: bool) -> Tensor:
     return torch.abs(w).max()
 
 
-def ref_initial_value(w: Tensor, per_channel: bool, kind: str, min_val: Optional[float],
-                      affine: Optional[float], shift: Optional[float]) -> Tensor:
+def ref_initial_value(
+    w: Tensor,
+    per_channel: bool,
+    kind: str,
+    min_val: Optional[float],
+    affine: Optional[float],
+    shift: Optional[float],
+) -> Tensor:
     stats = ref_weight_stats(w, per_channel)
     if min_val is not None:
         stats = signed_clamp_min(stats, min_val)
@@ -293,16 +332,19 @@ NO_AFFINE, RESCALE, RESCALE_SHIFT = (None, None), (1.5, None), (1.5, -0.25)
 
 
 # Each restriction per tensor and per channel, with and without a lower bound, each affine setting.
-@pytest.mark.parametrize("kind, min_val, per_channel, affine", [
-    ("float", None, False, NO_AFFINE),
-    ("float", 0.9, True, RESCALE_SHIFT),
-    ("log", 0.9, False, RESCALE),
-    ("log", None, True, RESCALE_SHIFT),
-    ("po2", None, False, RESCALE_SHIFT),
-    ("po2", 0.9, True, NO_AFFINE),
-    ("int", 0.9, False, RESCALE_SHIFT),
-    ("int", None, True, RESCALE),
-])
+@pytest.mark.parametrize(
+    "kind, min_val, per_channel, affine",
+    [
+        ("float", None, False, NO_AFFINE),
+        ("float", 0.9, True, RESCALE_SHIFT),
+        ("log", 0.9, False, RESCALE),
+        ("log", None, True, RESCALE_SHIFT),
+        ("po2", None, False, RESCALE_SHIFT),
+        ("po2", 0.9, True, NO_AFFINE),
+        ("int", 0.9, False, RESCALE_SHIFT),
+        ("int", None, True, RESCALE),
+    ],
+)
 def test_parameter_from_stats_initialises_then_learns(kind, min_val, per_channel, affine):
     rescale, shift = affine
     wp = torch.nn.Parameter(weight())
@@ -337,8 +379,11 @@ def test_parameter_from_stats_affine_parameters_get_no_gradient_after_init():
     wp = torch.nn.Parameter(weight())
     block = stats_block(False, wp, affine=1.5, shift=0.1)
     names = sorted(n for n, _ in block.named_parameters())
-    assert names == ["stats_scaling_impl.affine_rescaling.affine_bias.value",
-                     "stats_scaling_impl.affine_rescaling.affine_weight", "value"]
+    assert names == [
+        "stats_scaling_impl.affine_rescaling.affine_bias.value",
+        "stats_scaling_impl.affine_rescaling.affine_weight",
+        "value",
+    ]
     block(wp).sum().backward()
     assert block.value.grad is not None
 
@@ -382,7 +427,7 @@ def test_parameter_from_stats_local_loss_mode_does_not_initialise():
     out = block(wp, thr)
     # The full statistics-to-scale path (with affine rescaling in the log domain).
     stats = torch.log2(ref_weight_stats(wp.detach(), False)) * 2.0
-    expected = torch.abs(torch.abs(2.0 ** stats) / torch.abs(2.0 ** torch.log2(thr)))
+    expected = torch.abs(torch.abs(2.0**stats) / torch.abs(2.0 ** torch.log2(thr)))
     assert torch.equal(out, expected)
     assert not block.init_done and "value" not in block.state_dict()
     # value takes part in the graph with a zero gradient (DDP with find_unused_parameters=False).
@@ -393,7 +438,8 @@ def test_parameter_from_stats_local_loss_mode_does_not_initialise():
 def test_parameter_from_stats_multiple_tracked_parameters():
     w0, w1 = torch.nn.Parameter(weight()), torch.nn.Parameter(weight() * 3.0)
     block = ParameterFromStatsFromParameterScaling(
-        AbsMaxOverTensor(), OverTensorView(), 0, [w0, w1], ())
+        AbsMaxOverTensor(), OverTensorView(), 0, [w0, w1], ()
+    )
     # x is ignored when the block holds the parameters itself.
     block(torch.zeros(4, 3, 2))
     assert torch.equal(block.value.detach(), torch.abs(w1.detach()).max())
@@ -404,15 +450,22 @@ def test_parameter_from_stats_multiple_tracked_parameters():
 def test_parameter_from_stats_bad_arguments():
     wp = torch.nn.Parameter(weight())
     name = "ParameterFromStatsFromParameterScaling"
-    with pytest.raises(RuntimeError, match=rf"{name}: enabling shifting of the scale "
-                                           r"\(scaling_affine_shifting_init=0.5\) requires enabling "
-                                           r"affine rescaling first \(scaling_affine_rescaling_init "
-                                           r"is None\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{name}: enabling shifting of the scale "
+        r"\(scaling_affine_shifting_init=0.5\) requires enabling "
+        r"affine rescaling first \(scaling_affine_rescaling_init "
+        r"is None\)",
+    ):
         stats_block(False, wp, shift=0.5)
-    with pytest.raises(ValueError, match=f"{name}: tracked_parameter_list must be a non-empty list"):
+    with pytest.raises(
+        ValueError, match=f"{name}: tracked_parameter_list must be a non-empty list"
+    ):
         ParameterFromStatsFromParameterScaling(AbsMaxOverTensor(), OverTensorView(), 0, [], ())
     with pytest.raises(ValueError, match=f"{name}: scaling_shape must be a tuple of positive ints"):
-        ParameterFromStatsFromParameterScaling(AbsMaxOverTensor(), OverTensorView(), 0, [wp], (4, 0))
+        ParameterFromStatsFromParameterScaling(
+            AbsMaxOverTensor(), OverTensorView(), 0, [wp], (4, 0)
+        )
     with pytest.raises(TypeError, match=f"{name}: scaling_stats_impl must be a torch.nn.Module"):
         ParameterFromStatsFromParameterScaling(max, OverTensorView(), 0, [wp], ())
     with pytest.raises(ValueError, match="_AffineRescaling: affine_weight_init must be finite"):
@@ -427,8 +480,9 @@ def test_trunc_msb_scaling():
     assert_scripted(block)
     x = torch.randn(4)
     assert torch.equal(block(x, torch.tensor(8.0), torch.tensor(4.0), True), torch.tensor(16.0))
-    assert torch.equal(block(x, torch.tensor(4.0), torch.tensor(6.0), torch.tensor(False)),
-                       torch.tensor(0.25))
+    assert torch.equal(
+        block(x, torch.tensor(4.0), torch.tensor(6.0), torch.tensor(False)), torch.tensor(0.25)
+    )
     # Per-channel bit widths broadcast.
     out = block(x, torch.tensor([8.0, 10.0]), torch.tensor(4.0), True)
     assert torch.equal(out, torch.tensor([16.0, 64.0]))
@@ -442,7 +496,7 @@ def test_trunc_scaling_wrapper(scaling_init):
         for signed in (True, False):
             ib, ob = torch.tensor(input_bit_width), torch.tensor(output_bit_width)
             out = block(torch.randn(5), ib, ob, signed)
-            threshold = 2.0 ** (output_bit_width - 1) if signed else 2.0 ** output_bit_width
+            threshold = 2.0 ** (output_bit_width - 1) if signed else 2.0**output_bit_width
             scale = scaling_init / threshold  # exact: threshold is a power of two
             msb = 2.0 ** (input_bit_width - output_bit_width)
             expected = min(max(scale, min(msb, 1.0)), max(msb, 1.0))
@@ -461,6 +515,7 @@ def test_trunc_scaling_wrapper_with_int_scaling_threshold():
 
 
 def test_trunc_scaling_wrapper_bad_arguments():
-    with pytest.raises(TypeError, match="TruncScalingWrapper: scaling_impl must be a "
-                                        "torch.nn.Module, got 3"):
+    with pytest.raises(
+        TypeError, match="TruncScalingWrapper: scaling_impl must be a torch.nn.Module, got 3"
+    ):
         TruncScalingWrapper(PowerOfTwoIntScaling(), 3)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import rand
 
 from brevitas_cpp import config
 from brevitas_cpp.core.stats import (
@@ -20,8 +21,7 @@ from brevitas_cpp.core.stats import (
     NegativePercentileOrZero,
     PercentileInterval,
 )
-from brevitas_cpp.core.stats.stats_op import _MeanSigmaStdImpl, SignedScaleStats, UnsignedScaleStat
-from helpers import rand
+from brevitas_cpp.core.stats.stats_op import SignedScaleStats, UnsignedScaleStat, _MeanSigmaStdImpl
 
 # Two rows, one with negatives and one without, so "or zero" shows in per-row results.
 X = torch.tensor([[-3.0, 1.0, 2.0, 0.5], [0.5, 0.25, 4.0, 1.0]])
@@ -34,11 +34,11 @@ def _sorted_pick(x: torch.Tensor, k: int, dim: int) -> torch.Tensor:
 
 def _high_k(q: float, n: int) -> int:
     # Rounded half up; written as Brevitas orders it (.01 * q first) so k agrees at the edges.
-    return int(math.floor(.01 * q * n + 0.5))
+    return int(math.floor(0.01 * q * n + 0.5))
 
 
 def _low_k(q: float, n: int) -> int:
-    return int(math.ceil(.01 * q * n))
+    return int(math.ceil(0.01 * q * n))
 
 
 # ---- hand-worked numbers -------------------------------------------------------------------------
@@ -93,8 +93,12 @@ def test_mean_sigma_std_numbers():
     out = MeanSigmaStd(2.0, 1, std_dev_epsilon=0.0)(x)
     assert torch.equal(out, torch.tensor([2.0 + 2.0 * math.sqrt(2.0), 2.0]))
     # whole tensor: |x| = [1, 3, 2, 2], mean 2, var 2/3
-    assert torch.allclose(MeanSigmaStd(1.0, std_dev_epsilon=0.0)(x),
-                          torch.tensor(2.0 + math.sqrt(2.0 / 3.0)), rtol=0, atol=1e-6)
+    assert torch.allclose(
+        MeanSigmaStd(1.0, std_dev_epsilon=0.0)(x),
+        torch.tensor(2.0 + math.sqrt(2.0 / 3.0)),
+        rtol=0,
+        atol=1e-6,
+    )
 
 
 # ---- bit-exact against plain-torch references ----------------------------------------------------
@@ -210,10 +214,14 @@ def test_selection_gradients_reach_selected_elements(dim):
     cases = [
         (AbsMax(dim), lambda t: _ref_abs_max(t, dim, False)),
         (AbsMinMax(dim), lambda t: _ref_abs_min_max(t, dim, False)),
-        (AbsPercentile(80.0, dim),
-         lambda t: _sorted_pick(t.abs().reshape(-1) if dim is None else t.abs(),
-                                _high_k(80.0, t.numel() if dim is None else t.shape[1]),
-                                0 if dim is None else 1)),
+        (
+            AbsPercentile(80.0, dim),
+            lambda t: _sorted_pick(
+                t.abs().reshape(-1) if dim is None else t.abs(),
+                _high_k(80.0, t.numel() if dim is None else t.shape[1]),
+                0 if dim is None else 1,
+            ),
+        ),
     ]
     for op, ref in cases:
         a = x.clone().requires_grad_()
@@ -227,8 +235,16 @@ def test_selection_gradients_reach_selected_elements(dim):
 
 
 def test_ops_have_no_state_and_follow_dtype():
-    ops = [NegativeMinOrZero(), AbsMinMax(), NegativePercentileOrZero(1.0), PercentileInterval(1.0, 99.0),
-           MeanSigmaStd(2.0), AbsMax(), AbsAve(), AbsPercentile(99.0, None)]
+    ops = [
+        NegativeMinOrZero(),
+        AbsMinMax(),
+        NegativePercentileOrZero(1.0),
+        PercentileInterval(1.0, 99.0),
+        MeanSigmaStd(2.0),
+        AbsMax(),
+        AbsAve(),
+        AbsPercentile(99.0, None),
+    ]
     for op in ops:
         assert op.state_dict() == {}
         assert list(op.parameters()) == []
@@ -245,9 +261,19 @@ def test_scale_sign_flags():
 
 
 def test_blocks_follow_jit_switch():
-    ops = [NegativeMinOrZero(), AbsPercentile(99.0, 1), NegativePercentileOrZero(1.0),
-           PercentileInterval(1.0, 99.0), AbsMax(), AbsMinMax(), AbsMaxAve(1), AbsMaxL2(1), AbsAve(),
-           MeanSigmaStd(1.0), _MeanSigmaStdImpl()]
+    ops = [
+        NegativeMinOrZero(),
+        AbsPercentile(99.0, 1),
+        NegativePercentileOrZero(1.0),
+        PercentileInterval(1.0, 99.0),
+        AbsMax(),
+        AbsMinMax(),
+        AbsMaxAve(1),
+        AbsMaxL2(1),
+        AbsAve(),
+        MeanSigmaStd(1.0),
+        _MeanSigmaStdImpl(),
+    ]
     for op in ops:
         assert isinstance(op, torch.jit.ScriptModule) == config.JIT_ENABLED
 
@@ -255,25 +281,45 @@ def test_blocks_follow_jit_switch():
 # ---- bad input -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("build,match", [
-    (lambda: AbsMax(1.5), r"AbsMax: stats_reduce_dim must be an int or None, got 1.5"),
-    (lambda: AbsMax(True), r"AbsMax: stats_reduce_dim must be an int or None, got True"),
-    (lambda: AbsMinMax(1, keepdim=1), r"AbsMinMax: keepdim must be a bool, got 1"),
-    (lambda: AbsMaxAve(None), r"AbsMaxAve: stats_reduce_dim must be an int, got None"),
-    (lambda: AbsMaxL2("1"), r"AbsMaxL2: stats_reduce_dim must be an int, got '1'"),
-    (lambda: AbsPercentile(101.0, None), r"AbsPercentile: high_percentile_q .* \(0, 100\], got 101.0"),
-    (lambda: AbsPercentile(0.0, None), r"AbsPercentile: high_percentile_q .* got 0.0"),
-    (lambda: NegativePercentileOrZero(-1.0), r"NegativePercentileOrZero: low_percentile_q .* got -1.0"),
-    (lambda: PercentileInterval(1.0, float("nan")), r"PercentileInterval: high_percentile_q must be finite|"
-                                                     r"PercentileInterval: high_percentile_q must be a finite"),
-    (lambda: MeanSigmaStd(float("inf")), r"MeanSigmaStd: sigma must be a finite number, got inf"),
-    (lambda: MeanSigmaStd(1.0, std_dev_epsilon=-1.0), r"_MeanSigmaStdImpl: std_dev_epsilon must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "build,match",
+    [
+        (lambda: AbsMax(1.5), r"AbsMax: stats_reduce_dim must be an int or None, got 1.5"),
+        (lambda: AbsMax(True), r"AbsMax: stats_reduce_dim must be an int or None, got True"),
+        (lambda: AbsMinMax(1, keepdim=1), r"AbsMinMax: keepdim must be a bool, got 1"),
+        (lambda: AbsMaxAve(None), r"AbsMaxAve: stats_reduce_dim must be an int, got None"),
+        (lambda: AbsMaxL2("1"), r"AbsMaxL2: stats_reduce_dim must be an int, got '1'"),
+        (
+            lambda: AbsPercentile(101.0, None),
+            r"AbsPercentile: high_percentile_q .* \(0, 100\], got 101.0",
+        ),
+        (lambda: AbsPercentile(0.0, None), r"AbsPercentile: high_percentile_q .* got 0.0"),
+        (
+            lambda: NegativePercentileOrZero(-1.0),
+            r"NegativePercentileOrZero: low_percentile_q .* got -1.0",
+        ),
+        (
+            lambda: PercentileInterval(1.0, float("nan")),
+            r"PercentileInterval: high_percentile_q must be finite|"
+            r"PercentileInterval: high_percentile_q must be a finite",
+        ),
+        (
+            lambda: MeanSigmaStd(float("inf")),
+            r"MeanSigmaStd: sigma must be a finite number, got inf",
+        ),
+        (
+            lambda: MeanSigmaStd(1.0, std_dev_epsilon=-1.0),
+            r"_MeanSigmaStdImpl: std_dev_epsilon must be >= 0",
+        ),
+    ],
+)
 def test_bad_arguments(build, match):
     with pytest.raises((TypeError, ValueError), match=match):
         build()
 
 
 def test_deprecated_percentile_q():
-    with pytest.raises(RuntimeError, match=r"AbsPercentile: percentile_q is deprecated.*high_percentile_q"):
+    with pytest.raises(
+        RuntimeError, match=r"AbsPercentile: percentile_q is deprecated.*high_percentile_q"
+    ):
         AbsPercentile(99.0, None, percentile_q=99.0)

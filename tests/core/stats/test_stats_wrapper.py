@@ -3,6 +3,7 @@ parameters, running statistics (EMA and cumulative), state_dict behaviour and ba
 
 import pytest
 import torch
+from helpers import rand
 from torch import nn
 
 from brevitas_cpp import config
@@ -21,7 +22,6 @@ from brevitas_cpp.core.stats import (
     _RuntimeStats,
     _Stats,
 )
-from helpers import rand
 
 
 def test_constants():
@@ -50,10 +50,12 @@ class Layer(nn.Module):
     def __init__(self, n_params: int, force_parameter: bool = False):
         super().__init__()
         self.weights = nn.ParameterList(
-            [nn.Parameter(rand((2, k + 1), seed=k)) for k in range(n_params)])
+            [nn.Parameter(rand((2, k + 1), seed=k)) for k in range(n_params)]
+        )
         total = sum(k + 1 for k in range(n_params))
         self.stats = _ParameterListStats(
-            Identity(), (2, total), OverOutputChannelView(), 1, list(self.weights), force_parameter)
+            Identity(), (2, total), OverOutputChannelView(), 1, list(self.weights), force_parameter
+        )
 
 
 def test_single_parameter_is_passed_in():
@@ -62,7 +64,9 @@ def test_single_parameter_is_passed_in():
     assert torch.equal(layer.stats(w), w)
     # The stats block does not hold the weight; the caller must pass it.
     # Under TorchScript the error surfaces as torch.jit.Error, which is not a RuntimeError.
-    with pytest.raises((RuntimeError, torch.jit.Error), match="_ViewParameter: the input cannot be None"):
+    with pytest.raises(
+        (RuntimeError, torch.jit.Error), match="_ViewParameter: the input cannot be None"
+    ):
         layer.stats(None)
 
 
@@ -115,18 +119,35 @@ def test_full_state_dict_switch_saves_tracked_parameters(monkeypatch):
     assert "stats.extra_tracked_params_list.0.parameter" in keys
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(tracked_parameter_list=[]), ValueError,
-     r"_ParameterListStats: tracked_parameter_list must be a non-empty list"),
-    (dict(stats_input_concat_dim=1.0), TypeError,
-     r"_ParameterListStats: stats_input_concat_dim must be an int, got 1.0"),
-    (dict(stats_output_shape=(2.0, 1)), TypeError,
-     r"_ParameterListStats: stats_output_shape must be a tuple of ints|_Stats: stats_output_shape"),
-    (dict(stats_impl="absmax"), TypeError, r"_Stats: stats_impl must be a torch.nn.Module"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (
+            dict(tracked_parameter_list=[]),
+            ValueError,
+            r"_ParameterListStats: tracked_parameter_list must be a non-empty list",
+        ),
+        (
+            dict(stats_input_concat_dim=1.0),
+            TypeError,
+            r"_ParameterListStats: stats_input_concat_dim must be an int, got 1.0",
+        ),
+        (
+            dict(stats_output_shape=(2.0, 1)),
+            TypeError,
+            r"_ParameterListStats: stats_output_shape must be a tuple of ints|_Stats: stats_output_shape",
+        ),
+        (dict(stats_impl="absmax"), TypeError, r"_Stats: stats_impl must be a torch.nn.Module"),
+    ],
+)
 def test_parameter_list_stats_bad_input(kwargs, error, match):
-    args = dict(stats_impl=AbsMax(), stats_output_shape=(), stats_input_view_shape_impl=OverTensorView(),
-                stats_input_concat_dim=0, tracked_parameter_list=[nn.Parameter(torch.ones(2))])
+    args = dict(
+        stats_impl=AbsMax(),
+        stats_output_shape=(),
+        stats_input_view_shape_impl=OverTensorView(),
+        stats_input_concat_dim=0,
+        tracked_parameter_list=[nn.Parameter(torch.ones(2))],
+    )
     args.update(kwargs)
     with pytest.raises(error, match=match):
         _ParameterListStats(**args)
@@ -204,7 +225,9 @@ def test_runtime_stats_dtype_and_initial_value():
 
 @pytest.mark.parametrize("momentum", [1.5, -0.1, float("nan"), "0.1", True])
 def test_runtime_stats_bad_momentum(momentum):
-    with pytest.raises(ValueError, match=r"_RuntimeStats: stats_buffer_momentum must be None .* got"):
+    with pytest.raises(
+        ValueError, match=r"_RuntimeStats: stats_buffer_momentum must be None .* got"
+    ):
         _runtime(momentum)
 
 

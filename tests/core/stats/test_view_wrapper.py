@@ -3,6 +3,7 @@ expected in) the wrapper's state_dict."""
 
 import pytest
 import torch
+from helpers import rand
 from torch import nn
 
 from brevitas_cpp import config
@@ -12,7 +13,6 @@ from brevitas_cpp.core.stats.view_wrapper import (
     _ViewParameter,
     _ViewParameterWrapper,
 )
-from helpers import rand
 
 
 def test_view_parameter_wrapper_uses_parameter_or_input():
@@ -28,7 +28,9 @@ def test_view_parameter_requires_input():
     x = rand((3, 2, 2), seed=3)
     assert torch.equal(block(x), x.reshape(3, 4))
     # Under TorchScript the error surfaces as torch.jit.Error, which is not a RuntimeError.
-    with pytest.raises((RuntimeError, torch.jit.Error), match="_ViewParameter: the input cannot be None"):
+    with pytest.raises(
+        (RuntimeError, torch.jit.Error), match="_ViewParameter: the input cannot be None"
+    ):
         block(None)
 
 
@@ -39,10 +41,13 @@ def test_view_cat_puts_parameter_first():
     assert torch.equal(block(x), torch.cat([w, x], dim=1))
 
 
-@pytest.mark.parametrize("make", [
-    lambda w: _ViewParameterWrapper(w, OverOutputChannelView()),
-    lambda w: _ViewCatParameterWrapper(w, OverOutputChannelView(), 0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w: _ViewParameterWrapper(w, OverOutputChannelView()),
+        lambda w: _ViewCatParameterWrapper(w, OverOutputChannelView(), 0),
+    ],
+)
 def test_parameter_is_not_saved_nor_expected(make, monkeypatch):
     w = nn.Parameter(torch.ones(2, 2))
     block = make(w)
@@ -50,19 +55,36 @@ def test_parameter_is_not_saved_nor_expected(make, monkeypatch):
     result = block.load_state_dict({}, strict=True)
     assert result.missing_keys == []
     # Gradients still reach the borrowed parameter.
-    block(torch.zeros(2, 2) if isinstance(block, _ViewCatParameterWrapper) else None).sum().backward()
+    block(
+        torch.zeros(2, 2) if isinstance(block, _ViewCatParameterWrapper) else None
+    ).sum().backward()
     assert torch.equal(w.grad, torch.ones(2, 2))
     monkeypatch.setattr(config, "_FULL_STATE_DICT", True, raising=False)
     assert list(block.state_dict()) == ["parameter"]
 
 
-@pytest.mark.parametrize("build,error,match", [
-    (lambda: _ViewParameterWrapper(torch.ones(2), OverOutputChannelView()), TypeError,
-     r"_ViewParameterWrapper: parameter must be a torch.nn.Parameter, got Tensor"),
-    (lambda: _ViewParameter("view"), TypeError, r"_ViewParameter: view_shape_impl must be a torch.nn.Module"),
-    (lambda: _ViewCatParameterWrapper(nn.Parameter(torch.ones(2)), OverOutputChannelView(), None),
-     TypeError, r"_ViewCatParameterWrapper: cat_dim must be an int, got None"),
-])
+@pytest.mark.parametrize(
+    "build,error,match",
+    [
+        (
+            lambda: _ViewParameterWrapper(torch.ones(2), OverOutputChannelView()),
+            TypeError,
+            r"_ViewParameterWrapper: parameter must be a torch.nn.Parameter, got Tensor",
+        ),
+        (
+            lambda: _ViewParameter("view"),
+            TypeError,
+            r"_ViewParameter: view_shape_impl must be a torch.nn.Module",
+        ),
+        (
+            lambda: _ViewCatParameterWrapper(
+                nn.Parameter(torch.ones(2)), OverOutputChannelView(), None
+            ),
+            TypeError,
+            r"_ViewCatParameterWrapper: cat_dim must be an int, got None",
+        ),
+    ],
+)
 def test_bad_input(build, error, match):
     with pytest.raises(error, match=match):
         build()
@@ -70,6 +92,9 @@ def test_bad_input(build, error, match):
 
 def test_blocks_follow_jit_switch():
     w = nn.Parameter(torch.ones(2, 2))
-    for block in (_ViewParameterWrapper(w, OverOutputChannelView()), _ViewParameter(OverOutputChannelView()),
-                  _ViewCatParameterWrapper(w, OverOutputChannelView(), 1)):
+    for block in (
+        _ViewParameterWrapper(w, OverOutputChannelView()),
+        _ViewParameter(OverOutputChannelView()),
+        _ViewCatParameterWrapper(w, OverOutputChannelView(), 1),
+    ):
         assert isinstance(block, torch.jit.ScriptModule) == config.JIT_ENABLED

@@ -15,7 +15,9 @@ def main() -> None:
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} FIXTURE_DIR")
     # The model and the checks are those of the Python TorchScript tests, loaded by path.
-    spec = importlib.util.spec_from_file_location("brevitas_cpp_torchscript_tests", TORCHSCRIPT_TESTS)
+    spec = importlib.util.spec_from_file_location(
+        "brevitas_cpp_torchscript_tests", TORCHSCRIPT_TESTS
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     directory = Path(sys.argv[1])

@@ -4,11 +4,10 @@
 //
 // The fixture is written by tests/cpp/jit/make_fixture.py, which ctest runs first (a ctest
 // fixture, see CMakeLists.txt); a missing fixture fails these tests. It holds model.pt, the
-// SmallQuantCNN compiled by torch.jit.script, fresh and in train mode (so its first forward is a step of the activation quantizers' statistics warm-up, run by
-// the compiled control flow), and expected.pt, a module whose attributes are the input, the
-// output, the gradient of sum(output * linspace(-1, 1)) with respect to the input, and each
-// parameter's gradient ("grad_" + name with '.' -> '_').
-// Its directory is $BREVITAS_CPP_JIT_FIXTURE, else <build dir>/jit_fixture.
+// SmallQuantCNN compiled by torch.jit.script, fresh and in train mode (so its first forward is a step of the activation
+// quantizers' statistics warm-up, run by the compiled control flow), and expected.pt, a module whose attributes are the
+// input, the output, the gradient of sum(output * linspace(-1, 1)) with respect to the input, and each parameter's
+// gradient ("grad_" + name with '.' -> '_'). Its directory is $BREVITAS_CPP_JIT_FIXTURE, else <build dir>/jit_fixture.
 #include "../test_utils.h"
 
 #include <torch/csrc/jit/passes/inliner.h>
@@ -30,7 +29,9 @@ std::string fixture_dir() {
   return (env != nullptr && *env != '\0') ? std::string(env) : std::string(BREVITAS_CPP_JIT_FIXTURE_DIR);
 }
 
-bool is_file(const std::string& path) { return std::ifstream(path).good(); }
+bool is_file(const std::string& path) {
+  return std::ifstream(path).good();
+}
 
 std::string attr_name(std::string parameter_name) {
   std::replace(parameter_name.begin(), parameter_name.end(), '.', '_');
@@ -88,8 +89,9 @@ TEST_F(LoadScriptedModel, ForwardAndBackwardMatchPython) {
     if (!grad.defined()) continue;
     // Same kernels as in Python; parameter gradients are reductions, whose summation order may
     // depend on the thread split, hence a float32 rounding tolerance rather than bit equality.
-    EXPECT_TRUE(torch::allclose(grad, expected(name), /*rtol=*/1e-5, /*atol=*/1e-7))
-        << p.name << ":\n" << grad << "\nvs\n" << expected(name);
+    EXPECT_TRUE(torch::allclose(grad, expected(name), /*rtol=*/1e-5, /*atol=*/1e-7)) << p.name << ":\n"
+                                                                                     << grad << "\nvs\n"
+                                                                                     << expected(name);
     ++compared;
   }
   // conv and fc weights and biases, and the learned activation scales.

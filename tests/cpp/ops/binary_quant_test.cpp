@@ -142,8 +142,8 @@ TEST(BinaryQuant, BackwardSpelledOutAndBackwardOps) {
   const at::Tensor g = test::values({1., 2., 4., 8., 16.}, at::kDouble);
   at::Tensor x = test::leaf(x0), s = test::leaf(at::full({}, 2., at::kDouble));
   auto gr = test::grads(ops::binary_quant(x, s), {x, s}, g);
-  EXPECT_TRUE(bitwise_equal(gr[0], g * 2));                                   // grad * scale
-  EXPECT_EQ(gr[1].item<double>(), -1. - 2. + 4. + 8. + 16.);                  // sum(grad * binary_sign(x))
+  EXPECT_TRUE(bitwise_equal(gr[0], g * 2));                   // grad * scale
+  EXPECT_EQ(gr[1].item<double>(), -1. - 2. + 4. + 8. + 16.);  // sum(grad * binary_sign(x))
   gr = test::grads(ops::clamped_binary_quant(x, s), {x, s}, g);
   EXPECT_TRUE(bitwise_equal(gr[0], test::values({0., 4., 8., 16., 0.}, at::kDouble)));  // clamped at -3 and 3
   // sign part: sum(g * sign(c)) = -1 - 2 + 4 + 8 + 16; bounds: +g*s at 3 (above), -g*s at -3 (below).

@@ -28,13 +28,13 @@ TEST(ClampSte, SchemasAreRegistered) {
 
 TEST(ClampSte, TensorClampForward) {
   for (const auto dtype : test::float_dtypes()) {
-    const at::Tensor x = test::values({-5., -2., -1.5, -0.0, 0.0, 1.5, 2., 5., test::inf(), -test::inf(), test::nan()},
-                                      dtype);
+    const at::Tensor x =
+        test::values({-5., -2., -1.5, -0.0, 0.0, 1.5, 2., 5., test::inf(), -test::inf(), test::nan()}, dtype);
     const at::Tensor lo = test::values({-2.}, dtype), hi = test::values({1.5}, dtype);
     const at::Tensor y = ops::tensor_clamp_ste(x, lo, hi);
     EXPECT_TRUE(bitwise_equal(y, ref_tensor_clamp(x, lo, hi))) << dtype;
-    EXPECT_TRUE(bitwise_equal(
-        y, test::values({-2., -2., -1.5, -0.0, 0.0, 1.5, 1.5, 1.5, 1.5, -2., test::nan()}, dtype)))
+    EXPECT_TRUE(
+        bitwise_equal(y, test::values({-2., -2., -1.5, -0.0, 0.0, 1.5, 1.5, 1.5, 1.5, -2., test::nan()}, dtype)))
         << dtype;
   }
   {  // TensorClampBoundsOfOtherDtypesAreCast
@@ -57,7 +57,7 @@ TEST(ClampSte, TensorClampForward) {
     const at::Tensor x_cl = x.contiguous(at::MemoryFormat::ChannelsLast);
     const at::Tensor lo0 = -at::rand({3, 1, 1, 1}), hi0 = at::rand({3, 1, 1, 1});  // per output channel
     const at::Tensor lo1 = -at::rand({1, 4, 1, 1}), hi1 = at::rand({1, 4, 1, 1});  // per input channel
-    const at::Tensor lo3 = -at::rand({6}), hi3 = at::rand({6});                      // last dim
+    const at::Tensor lo3 = -at::rand({6}), hi3 = at::rand({6});                    // last dim
     for (const auto& xx : {x, x_cl, x.transpose(1, 3)}) {
       for (const auto& [lo, hi] : {std::pair{lo0, hi0}, std::pair{lo1, hi1}}) {
         if (lo.size(1) != 1 && lo.size(1) != xx.size(1)) continue;
@@ -65,7 +65,8 @@ TEST(ClampSte, TensorClampForward) {
         EXPECT_EQ(y.strides(), xx.strides());
         EXPECT_TRUE(bitwise_equal(y, ref_tensor_clamp(xx, lo, hi)));
       }
-      if (xx.size(3) == 6) EXPECT_TRUE(bitwise_equal(ops::tensor_clamp_ste(xx, lo3, hi3), ref_tensor_clamp(xx, lo3, hi3)));
+      if (xx.size(3) == 6)
+        EXPECT_TRUE(bitwise_equal(ops::tensor_clamp_ste(xx, lo3, hi3), ref_tensor_clamp(xx, lo3, hi3)));
     }
     // min per channel, max per tensor; min > max somewhere: the max applies first, then the min.
     const at::Tensor lo = at::full({3, 1, 1, 1}, 0.5), hi = at::zeros({});
@@ -116,11 +117,11 @@ TEST(ClampSte, LayoutEmptyAndMeta) {
   EXPECT_EQ(ops::tensor_clamp_ste(cl, at::zeros({}), at::ones({})).strides(), cl.strides());
   EXPECT_EQ(ops::tensor_clamp_ste(at::empty({0, 3}), at::zeros({3}), at::ones({3})).sizes(),
             (std::vector<int64_t>{0, 3}));
-  const at::Tensor m = at::empty({2, 3, 4, 5}, at::TensorOptions().device(at::kMeta))
-                           .contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor m =
+      at::empty({2, 3, 4, 5}, at::TensorOptions().device(at::kMeta)).contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor mb = at::empty({1, 3, 1, 1}, at::TensorOptions().device(at::kMeta));
-  for (const auto& y : {ops::tensor_clamp_ste(m, mb, mb), ops::scalar_clamp_ste(m, 0., 1.),
-                        ops::scalar_clamp_min_ste(m, 0.)}) {
+  for (const auto& y :
+       {ops::tensor_clamp_ste(m, mb, mb), ops::scalar_clamp_ste(m, 0., 1.), ops::scalar_clamp_min_ste(m, 0.)}) {
     EXPECT_TRUE(y.is_meta());
     EXPECT_EQ(y.sizes(), m.sizes());
     EXPECT_EQ(y.strides(), m.strides());

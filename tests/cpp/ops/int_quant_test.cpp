@@ -77,7 +77,9 @@ std::vector<Config> sign_narrow_configs(const std::string& mode = "round") {
   return {{true, false, mode}, {true, true, mode}, {false, false, mode}, {false, true, mode}};
 }
 
-at::TensorOptions opts(at::ScalarType t) { return at::TensorOptions().dtype(t); }
+at::TensorOptions opts(at::ScalarType t) {
+  return at::TensorOptions().dtype(t);
+}
 
 // Values hitting rounding ties after x / 0.5 (x = k / 4), clamp edges of a 4-bit range, and
 // special values.
@@ -149,8 +151,8 @@ TEST(IntQuant, ForwardTiesEveryModeDtypeAndRange) {
           for (const auto& b : {at::full({}, 4, opts(at::kLong)), at::full({1}, 4., opts(at::kFloat))}) {
             const at::Tensor y = run(x, s, z, b, cfg);
             EXPECT_TRUE(bitwise_equal(y, ref_int_quant(x, s, z, b, cfg, false)))
-                << dtype << " mode " << mode << " signed " << cfg.is_signed << " narrow " << cfg.narrow << " zp "
-                << zp << " bit_width dtype " << b.scalar_type();
+                << dtype << " mode " << mode << " signed " << cfg.is_signed << " narrow " << cfg.narrow << " zp " << zp
+                << " bit_width dtype " << b.scalar_type();
           }
         }
       }
@@ -209,7 +211,7 @@ TEST(IntQuant, NaNPropagates) {
     }
     // The mask of _int_quant_with_mask lets NaN through (neither above nor below the range).
     auto [y, mask] = ops::_int_quant_with_mask(x, at::ones({}, opts(dtype)), at::zeros({}, opts(dtype)),
-                                              at::full({}, 8.), true, false, "round");
+                                               at::full({}, 8.), true, false, "round");
     EXPECT_TRUE(bitwise_equal(mask, at::tensor({1, 1, 1, 0}).to(at::kBool)));
   }
 }
@@ -219,9 +221,10 @@ TEST(IntQuant, PerChannelScaleAndZeroPointOnEveryLayout) {
   const at::Tensor s0 = at::rand({4, 1, 1, 1}).add(0.05), z0 = at::randint(-3, 4, {4, 1, 1, 1}).to(at::kFloat);
   const at::Tensor s1 = at::rand({1, 3, 1, 1}).add(0.05), z1 = at::randint(-3, 4, {1, 3, 1, 1}).to(at::kFloat);
   const at::Tensor s3 = at::rand({2}).add(0.05), z3 = at::rand({2});  // last dim, non-integer zero point
-  const at::Tensor s12 = at::rand({3, 5, 1}).add(0.05);                // two middle dims
+  const at::Tensor s12 = at::rand({3, 5, 1}).add(0.05);               // two middle dims
   const at::Tensor b = at::full({}, 4.);
-  const std::vector<at::Tensor> layouts{x, x.contiguous(at::MemoryFormat::ChannelsLast), x.permute({3, 1, 2, 0}).contiguous().permute({3, 1, 2, 0}),
+  const std::vector<at::Tensor> layouts{x, x.contiguous(at::MemoryFormat::ChannelsLast),
+                                        x.permute({3, 1, 2, 0}).contiguous().permute({3, 1, 2, 0}),
                                         x.transpose(0, 1).contiguous().transpose(0, 1)};
   const std::vector<std::pair<at::Tensor, at::Tensor>> params{
       {s0, z0}, {s1, z1}, {s3, z3}, {s12, at::zeros({})}, {s0, z1}, {at::full({}, 0.2), z0}};
@@ -262,8 +265,8 @@ TEST(IntQuant, PerGroupViewAndNonDenseInput) {
 
 TEST(IntQuant, BitWidthDtypes) {
   const at::Tensor x = at::randn({64}) * 100, s = at::full({}, 0.7), z = at::zeros({});
-  for (const auto bdtype : {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kHalf, at::kBFloat16,
-                            at::kFloat, at::kDouble}) {
+  for (const auto bdtype :
+       {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat, at::kDouble}) {
     for (const auto& cfg : sign_narrow_configs()) {
       const at::Tensor b = at::full({1}, 7, opts(bdtype));
       EXPECT_TRUE(bitwise_equal(run(x, s, z, b, cfg), ref_int_quant(x, s, z, b, cfg, false))) << bdtype;
@@ -311,7 +314,8 @@ TEST(IntQuant, EmptyInputAndMetaKernel) {
   EXPECT_EQ(y.sizes(), x.sizes());
   at::Tensor xg = test::leaf(x), s = test::leaf(at::ones({3})), z = test::leaf(at::zeros({1, 3}));
   at::Tensor b = test::leaf(at::full({1}, 8.));
-  const auto gr = test::grads(ops::int_quant(xg, s, z, b, true, false, "round", false), {xg, s, z, b}, at::empty({0, 3}));
+  const auto gr =
+      test::grads(ops::int_quant(xg, s, z, b, true, false, "round", false), {xg, s, z, b}, at::empty({0, 3}));
   EXPECT_TRUE(bitwise_equal(gr[0], at::zeros({0, 3})));
   EXPECT_TRUE(bitwise_equal(gr[1], at::zeros({3})));
   EXPECT_TRUE(bitwise_equal(gr[2], at::zeros({1, 3})));
@@ -319,27 +323,27 @@ TEST(IntQuant, EmptyInputAndMetaKernel) {
   {  // MetaKernel
     const auto meta = at::TensorOptions().device(at::kMeta);
     const at::Tensor x = at::empty({2, 3, 4, 5}, meta).contiguous(at::MemoryFormat::ChannelsLast);
-    const at::Tensor y =
-        ops::int_quant(x, at::empty({1, 3, 1, 1}, meta), at::empty({}, meta), at::empty({}, meta), true, false, "round", false);
+    const at::Tensor y = ops::int_quant(x, at::empty({1, 3, 1, 1}, meta), at::empty({}, meta), at::empty({}, meta),
+                                        true, false, "round", false);
     EXPECT_TRUE(y.is_meta());
     EXPECT_EQ(y.sizes(), x.sizes());
     EXPECT_EQ(y.strides(), x.strides());
-    auto [ym, mask] = ops::_int_quant_with_mask(x, at::empty({}, meta), at::empty({}, meta), at::empty({1}, meta), false,
-                                                false, "floor");
+    auto [ym, mask] = ops::_int_quant_with_mask(x, at::empty({}, meta), at::empty({}, meta), at::empty({1}, meta),
+                                                false, false, "floor");
     EXPECT_EQ(mask.scalar_type(), at::kBool);
     EXPECT_EQ(mask.strides(), x.strides());
-    auto [gx, gs, gz, gb] = ops::_int_quant_backward(at::empty({2, 3, 4, 5}, meta), x, std::nullopt, at::empty({1, 3, 1, 1}, meta),
-                                                     at::empty({}, meta), at::empty({}, meta), true, false, "round", false,
-                                                     {true, true, true, false});
+    auto [gx, gs, gz, gb] = ops::_int_quant_backward(
+        at::empty({2, 3, 4, 5}, meta), x, std::nullopt, at::empty({1, 3, 1, 1}, meta), at::empty({}, meta),
+        at::empty({}, meta), true, false, "round", false, {true, true, true, false});
     EXPECT_TRUE(gx.is_meta());
     EXPECT_EQ(gx.sizes(), x.sizes());
     EXPECT_EQ(gs.sizes(), (std::vector<int64_t>{1, 3, 1, 1}));
     EXPECT_EQ(gz.dim(), 0);
     EXPECT_FALSE(gb.defined());
     // Shape checks run on meta tensors too.
-    EXPECT_ERROR_CONTAINS(ops::int_quant(x, at::empty({7}, meta), at::empty({}, meta), at::empty({}, meta), true, false,
-                                         "round", false),
-                          "scale of shape [7] does not broadcast");
+    EXPECT_ERROR_CONTAINS(
+        ops::int_quant(x, at::empty({7}, meta), at::empty({}, meta), at::empty({}, meta), true, false, "round", false),
+        "scale of shape [7] does not broadcast");
   }
 }
 
@@ -403,8 +407,9 @@ TEST(IntQuant, BackwardOnlyXBitwiseEqualsComposition) {
       for (const bool clamp_ste : {false, true}) {
         for (auto cfg : sign_narrow_configs(mode)) {
           cfg.clamp_ste = clamp_ste;
-          GradCase gc{x, at::full({}, 0.5, opts(dtype)), at::full({}, 1., opts(dtype)), at::full({}, 4.), true, false,
-                      false, false};
+          GradCase gc{
+              x,    at::full({}, 0.5, opts(dtype)), at::full({}, 1., opts(dtype)), at::full({}, 4.), true, false, false,
+              false};
           expect_grads_match(gc, cfg, std::string("only x, ") + mode + (clamp_ste ? " clamp_ste" : ""));
         }
       }
@@ -444,8 +449,8 @@ TEST(IntQuant, BackwardOnlyXWhileParamsRequireGrad) {
   for (const bool scale_grad : {true, false}) {
     at::Tensor x = test::leaf(x0), s = test::leaf(at::ones({}), scale_grad), z = test::leaf(at::zeros({}), !scale_grad);
     const at::Tensor y = ops::int_quant(x, s, z, at::full({}, 8.), true, false, "round", false);
-    EXPECT_TRUE(bitwise_equal(test::grads(y, {x}, g)[0], expected)) << (scale_grad ? "scale" : "zero_point")
-                                                                     << " requires grad";
+    EXPECT_TRUE(bitwise_equal(test::grads(y, {x}, g)[0], expected))
+        << (scale_grad ? "scale" : "zero_point") << " requires grad";
   }
 }
 
@@ -466,8 +471,14 @@ TEST(IntQuant, BackwardAllInputsPerTensor) {
       for (const bool clamp_ste : {false, true}) {
         for (auto cfg : sign_narrow_configs(mode)) {
           cfg.clamp_ste = clamp_ste;
-          GradCase gc{x, at::full({}, 0.37, opts(dtype)), at::full({}, 0.6, opts(dtype)), at::full({}, 3., opts(dtype)),
-                      true, true, true, true};
+          GradCase gc{x,
+                      at::full({}, 0.37, opts(dtype)),
+                      at::full({}, 0.6, opts(dtype)),
+                      at::full({}, 3., opts(dtype)),
+                      true,
+                      true,
+                      true,
+                      true};
           expect_grads_match(gc, cfg, std::string("all, per tensor, ") + mode + (clamp_ste ? " clamp_ste" : ""));
         }
       }
@@ -494,12 +505,14 @@ TEST(IntQuant, BackwardPerChannelScaleAndLayouts) {
     const at::Tensor s1 = at::rand({1, 4, 1, 1}, opts(at::kDouble)).add(0.05).to(dtype);
     const at::Tensor z0 = at::randint(-2, 3, {6, 1, 1, 1}, opts(dtype));
     const at::Tensor z1 = at::rand({1, 4, 1, 1}, opts(dtype));
-    for (const auto& xx : {x, x.contiguous(at::MemoryFormat::ChannelsLast), x.transpose(0, 1).contiguous().transpose(0, 1)}) {
+    for (const auto& xx :
+         {x, x.contiguous(at::MemoryFormat::ChannelsLast), x.transpose(0, 1).contiguous().transpose(0, 1)}) {
       for (const auto& [s, z] : {std::pair{s0, z0}, std::pair{s1, z1}, std::pair{s0, z1}}) {
         for (const bool clamp_ste : {false, true}) {
           Config cfg{true, true, "round", clamp_ste};
           GradCase gc{xx, s, z, at::full({}, 3., opts(at::kFloat)), true, true, true, true};
-          expect_grads_match(gc, cfg, "per channel, scale " + c10::str(s.sizes()) + " strides " + c10::str(xx.strides()));
+          expect_grads_match(gc, cfg,
+                             "per channel, scale " + c10::str(s.sizes()) + " strides " + c10::str(xx.strides()));
         }
       }
     }
@@ -542,7 +555,7 @@ TEST(IntQuant, BackwardNonDenseStridedAndZeroDim) {
   for (const bool learn : {false, true}) {
     at::Tensor base = test::leaf(base0), sb = test::leaf(sbase, learn);
     at::Tensor base_r = test::leaf(base0), sb_r = test::leaf(sbase, learn);
-    const at::Tensor x = base.slice(1, 0, 8, 2), xr = base_r.slice(1, 0, 8, 2);  // [6, 4], stride 2
+    const at::Tensor x = base.slice(1, 0, 8, 2), xr = base_r.slice(1, 0, 8, 2);              // [6, 4], stride 2
     const at::Tensor s = sb.select(1, 1).unsqueeze(1), sr = sb_r.select(1, 1).unsqueeze(1);  // [6, 1], stride 2
     ASSERT_FALSE(s.is_contiguous() && s.stride(0) == 1);
     const Config cfg{true, false, "round", false};
@@ -566,7 +579,8 @@ TEST(IntQuant, BackwardNonDenseStridedAndZeroDim) {
     EXPECT_TRUE(bitwise_equal(gr[0], at::ones({})));
     // ds as the composition computes it.
     at::Tensor xr = test::leaf(at::full({}, 2.6)), sr = test::leaf(at::full({}, 0.5));
-    const auto want = test::grads(ref_int_quant(xr, sr, at::zeros({}), at::full({}, 4.), cfg, true), {xr, sr}, at::ones({}));
+    const auto want =
+        test::grads(ref_int_quant(xr, sr, at::zeros({}), at::full({}, 4.), cfg, true), {xr, sr}, at::ones({}));
     EXPECT_TRUE(test::close(gr[1], want[1], 1e-5, 1e-6));
     // A [1] scale would expand a 0-d x: rejected.
     EXPECT_ERROR_CONTAINS(run(x, at::full({1}, 0.5), at::zeros({}), at::full({}, 4.), cfg), "scale of shape [1]");
@@ -622,9 +636,9 @@ TEST(IntQuant, BackwardOpDirectly) {
   EXPECT_EQ(gz3.sizes(), z.sizes());
   EXPECT_EQ(gb3.sizes(), b.sizes());
   // Parameter gradients need x.
-  EXPECT_ERROR_CONTAINS(ops::_int_quant_backward(g, std::nullopt, mask, s, z, b, true, false, "round", false,
-                                                 {true, true, false, false}),
-                        "brevitas_cpp::_int_quant_backward", "need x");
+  EXPECT_ERROR_CONTAINS(
+      ops::_int_quant_backward(g, std::nullopt, mask, s, z, b, true, false, "round", false, {true, true, false, false}),
+      "brevitas_cpp::_int_quant_backward", "need x");
   EXPECT_ERROR_CONTAINS(ops::_int_quant_backward(g, std::nullopt, std::nullopt, s, z, b, true, false, "round", false,
                                                  {true, false, false, false}),
                         "x or mask");
@@ -655,7 +669,8 @@ TEST(IntQuant, BadInputsNameTheArgument) {
   const at::Tensor x = at::randn({2, 5}), s = at::full({}, 0.5), z = at::zeros({}), b = at::full({}, 8.);
   auto q = [&](const at::Tensor& xx, const at::Tensor& ss, const at::Tensor& zz, const at::Tensor& bb,
                const std::string& mode = "round") { return ops::int_quant(xx, ss, zz, bb, true, false, mode, false); };
-  EXPECT_ERROR_CONTAINS(q(x, at::zeros({}), z, b), "brevitas_cpp::int_quant", "scale must be positive and finite, got 0");
+  EXPECT_ERROR_CONTAINS(q(x, at::zeros({}), z, b), "brevitas_cpp::int_quant",
+                        "scale must be positive and finite, got 0");
   EXPECT_ERROR_CONTAINS(q(x, at::full({2, 1}, -1.), z, b), "scale must be positive and finite, got -1");
   EXPECT_ERROR_CONTAINS(q(x, at::full({}, test::inf()), z, b), "scale must be positive and finite, got inf");
   EXPECT_ERROR_CONTAINS(q(x, at::full({}, test::nan()), z, b), "scale must be positive and finite, got nan");

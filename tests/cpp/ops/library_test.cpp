@@ -14,14 +14,28 @@ namespace brevitas_cpp {
 namespace {
 
 const std::vector<std::string>& all_ops() {
-  static const std::vector<std::string> ops{
-      "round_ste",        "ceil_ste",          "floor_ste",
-      "round_to_zero_ste", "dpu_round_ste",    "tensor_clamp_ste",
-      "scalar_clamp_ste", "scalar_clamp_min_ste", "scalar_signed_clamp_min_ste", "binary_sign_ste",
-      "ternary_sign_ste", "abs_binary_sign_grad", "_abs_binary_sign_grad_backward",
-      "int_quant",        "_int_quant_with_mask", "_int_quant_backward",
-      "binary_quant",     "_binary_quant_backward", "clamped_binary_quant",
-      "_clamped_binary_quant_backward", "ternary_quant", "_ternary_quant_backward"};
+  static const std::vector<std::string> ops{"round_ste",
+                                            "ceil_ste",
+                                            "floor_ste",
+                                            "round_to_zero_ste",
+                                            "dpu_round_ste",
+                                            "tensor_clamp_ste",
+                                            "scalar_clamp_ste",
+                                            "scalar_clamp_min_ste",
+                                            "scalar_signed_clamp_min_ste",
+                                            "binary_sign_ste",
+                                            "ternary_sign_ste",
+                                            "abs_binary_sign_grad",
+                                            "_abs_binary_sign_grad_backward",
+                                            "int_quant",
+                                            "_int_quant_with_mask",
+                                            "_int_quant_backward",
+                                            "binary_quant",
+                                            "_binary_quant_backward",
+                                            "clamped_binary_quant",
+                                            "_clamped_binary_quant_backward",
+                                            "ternary_quant",
+                                            "_ternary_quant_backward"};
   return ops;
 }
 

@@ -30,9 +30,7 @@ std::vector<RoundCase> round_cases() {
        // torch.sign(x) * torch.floor(torch.abs(x)); sign(NaN) is 0 in ATen but floor(|NaN|) is NaN.
        [](const at::Tensor& x) { return at::sign(x) * at::floor(at::abs(x)); }},
       {"dpu_round_ste", ops::dpu_round_ste,
-       [](const at::Tensor& x) {
-         return at::where((x < 0.) & (x - at::floor(x) == 0.5), at::ceil(x), at::round(x));
-       }},
+       [](const at::Tensor& x) { return at::where((x < 0.) & (x - at::floor(x) == 0.5), at::ceil(x), at::round(x)); }},
   };
 }
 
@@ -57,7 +55,7 @@ TEST(RoundSte, Forward) {
   {  // TiesSpelledOut
     // x:                 -2.5  -1.5  -0.5   0.5  1.5  2.5
     const at::Tensor x = test::values({-2.5, -1.5, -0.5, 0.5, 1.5, 2.5});
-    EXPECT_TRUE(bitwise_equal(ops::round_ste(x), test::values({-2., -2., -0., 0., 2., 2.})));  // half to even
+    EXPECT_TRUE(bitwise_equal(ops::round_ste(x), test::values({-2., -2., -0., 0., 2., 2.})));      // half to even
     EXPECT_TRUE(bitwise_equal(ops::dpu_round_ste(x), test::values({-2., -1., -0., 0., 2., 2.})));  // negative .5 up
     EXPECT_TRUE(bitwise_equal(ops::ceil_ste(x), test::values({-2., -1., -0., 1., 2., 3.})));
     EXPECT_TRUE(bitwise_equal(ops::floor_ste(x), test::values({-3., -2., -1., 0., 1., 2.})));
@@ -126,8 +124,8 @@ TEST(RoundSte, LayoutEmptyScalarAndMeta) {
     }
   }
   {  // MetaKernelGivesShapeAndStrides
-    const at::Tensor x = at::empty({2, 3, 4, 5}, at::TensorOptions().device(at::kMeta))
-                             .contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor x =
+        at::empty({2, 3, 4, 5}, at::TensorOptions().device(at::kMeta)).contiguous(at::MemoryFormat::ChannelsLast);
     for (const auto& c : round_cases()) {
       const at::Tensor y = c.op(x);
       EXPECT_TRUE(y.is_meta()) << c.name;

@@ -18,7 +18,9 @@ at::Tensor ref_binary_sign(const at::Tensor& x) {
 }
 
 // torch.sign(x) with sign(+-0) = +0 (adding +0 turns -0 into +0), NaN kept (torch.sign(NaN) is 0).
-at::Tensor ref_ternary_sign(const at::Tensor& x) { return at::where(at::isnan(x), x, at::sign(x) + 0.0); }
+at::Tensor ref_ternary_sign(const at::Tensor& x) {
+  return at::where(at::isnan(x), x, at::sign(x) + 0.0);
+}
 
 TEST(SignSte, SchemasAreRegistered) {
   auto& d = c10::Dispatcher::singleton();
@@ -129,8 +131,7 @@ TEST(SignSte, BadInputsNameTheArgument) {
   EXPECT_ERROR_CONTAINS(ops::ternary_sign_ste(xi), "brevitas_cpp::ternary_sign_ste", "x must be a floating-point");
   EXPECT_ERROR_CONTAINS(ops::abs_binary_sign_grad(xi), "brevitas_cpp::abs_binary_sign_grad", "x must be");
   const at::Tensor x = at::randn({2, 3});
-  EXPECT_ERROR_CONTAINS(ops::_abs_binary_sign_grad_backward(at::randn({3, 2}), x), "grad of shape [3, 2]",
-                        "[2, 3]");
+  EXPECT_ERROR_CONTAINS(ops::_abs_binary_sign_grad_backward(at::randn({3, 2}), x), "grad of shape [3, 2]", "[2, 3]");
   EXPECT_ERROR_CONTAINS(ops::_abs_binary_sign_grad_backward(x.to(at::kDouble), x), "grad must have the dtype of x");
 }
 

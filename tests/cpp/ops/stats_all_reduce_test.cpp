@@ -70,10 +70,10 @@ TEST_F(StatsAllReduce, StateSettersAndOps) {
   EXPECT_EQ(ops::get_stats_sync().group_name, std::optional<std::string>("7"));
   // The ops see (and set) the same state.
   auto& d = c10::Dispatcher::singleton();
-  const auto get = d.findSchemaOrThrow("brevitas_cpp::_get_stats_sync", "")
-                       .typed<std::tuple<bool, std::optional<std::string>>()>();
-  const auto set = d.findSchemaOrThrow("brevitas_cpp::_set_stats_sync", "")
-                       .typed<void(bool, std::optional<c10::string_view>)>();
+  const auto get =
+      d.findSchemaOrThrow("brevitas_cpp::_get_stats_sync", "").typed<std::tuple<bool, std::optional<std::string>>()>();
+  const auto set =
+      d.findSchemaOrThrow("brevitas_cpp::_set_stats_sync", "").typed<void(bool, std::optional<c10::string_view>)>();
   EXPECT_EQ(get.call(), std::make_tuple(false, std::optional<std::string>("7")));
   set.call(true, std::nullopt);
   EXPECT_TRUE(ops::get_stats_sync().enabled);

@@ -35,16 +35,18 @@ TEST(TernaryQuant, Forward) {
   EXPECT_TRUE(bitwise_equal(y, test::values({-2., -0., -0., 0., 0., 0., 2., 2., test::nan()})));
   EXPECT_TRUE(bitwise_equal(y, ref_ternary_quant(x, at::full({}, 2.), 0.25, false)));
   // threshold 0: every nonzero x maps to +-scale.
-  EXPECT_TRUE(bitwise_equal(ops::ternary_quant(x, at::full({}, 2.), 0.0), ref_ternary_quant(x, at::full({}, 2.), 0.0, false)));
+  EXPECT_TRUE(
+      bitwise_equal(ops::ternary_quant(x, at::full({}, 2.), 0.0), ref_ternary_quant(x, at::full({}, 2.), 0.0, false)));
   {  // ForwardEveryDtypePerTensorAndPerChannel
     for (const auto dtype : test::float_dtypes()) {
       const auto o = at::TensorOptions().dtype(dtype);
       const at::Tensor x = (at::randn({4, 3, 2, 5}, at::kDouble)).to(dtype);
       const at::Tensor specials = test::values(test::tie_values(), dtype);
       for (const double thr : {0.0, 0.1, 0.5, 0.7, 2.0}) {
-        for (const auto& s : {at::full({}, 0.6, o), at::rand({4, 1, 1, 1}, o).add(0.1), at::rand({1, 3, 1, 1}, o).add(0.1),
-                              at::rand({5}, o).add(0.1)}) {
-          for (const auto& xx : {x, x.contiguous(at::MemoryFormat::ChannelsLast), x.transpose(0, 2).contiguous().transpose(0, 2)}) {
+        for (const auto& s : {at::full({}, 0.6, o), at::rand({4, 1, 1, 1}, o).add(0.1),
+                              at::rand({1, 3, 1, 1}, o).add(0.1), at::rand({5}, o).add(0.1)}) {
+          for (const auto& xx :
+               {x, x.contiguous(at::MemoryFormat::ChannelsLast), x.transpose(0, 2).contiguous().transpose(0, 2)}) {
             const at::Tensor y = ops::ternary_quant(xx, s, thr);
             EXPECT_EQ(y.strides(), xx.strides());
             EXPECT_TRUE(bitwise_equal(y, ref_ternary_quant(xx, s, thr, false)))
@@ -97,9 +99,9 @@ TEST(TernaryQuant, BackwardSpelledOutAndBackwardOp) {
   const at::Tensor x0 = test::values({-2., -0.1, 0.0, 0.3, 1.}, at::kDouble);
   const at::Tensor g = test::values({1., 2., 4., 8., 16.}, at::kDouble);
   at::Tensor x = test::leaf(x0), s = test::leaf(at::full({}, 0.5, at::kDouble));
-  const auto gr = test::grads(ops::ternary_quant(x, s, 0.5), {x, s}, g);  // |x| > 0.25 passes
+  const auto gr = test::grads(ops::ternary_quant(x, s, 0.5), {x, s}, g);                // |x| > 0.25 passes
   EXPECT_TRUE(bitwise_equal(gr[0], test::values({0.5, 0., 0., 4., 8.}, at::kDouble)));  // (grad * scale) * mask
-  EXPECT_EQ(gr[1].item<double>(), -1. + 8. + 16.);  // sum(grad * mask * sign(x))
+  EXPECT_EQ(gr[1].item<double>(), -1. + 8. + 16.);                                      // sum(grad * mask * sign(x))
   auto [gx, gs] = ops::_ternary_quant_backward(g, x0, at::full({}, 0.5, at::kDouble), 0.5, {true, false});
   EXPECT_TRUE(bitwise_equal(gx, gr[0]));
   EXPECT_FALSE(gs.defined());

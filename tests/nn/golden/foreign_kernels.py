@@ -9,8 +9,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
-FLOAT_KERNELS = {aten.convolution.default, aten.convolution_backward.default, aten.mm.default,
-                 aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
+FLOAT_KERNELS = {
+    aten.convolution.default,
+    aten.convolution_backward.default,
+    aten.mm.default,
+    aten.addmm.default,
+    aten.bmm.default,
+    aten.baddbmm.default,
+}
 
 
 def _ulp_noise(t: Any, gen: torch.Generator) -> Any:
@@ -23,7 +29,6 @@ def _ulp_noise(t: Any, gen: torch.Generator) -> Any:
 
 
 class ForeignFloatKernels(TorchDispatchMode):
-
     def __init__(self, seed: int) -> None:
         super().__init__()
         self.gen = torch.Generator().manual_seed(seed)

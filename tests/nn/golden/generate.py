@@ -29,17 +29,14 @@ state, then converts it with .to(torch.float64) (what .double() does) and feeds 
 import os
 from typing import Any, Dict, List, Optional
 
-import torch
-
 import brevitas
 import brevitas.inject.enum as benum
 import brevitas.nn as bnn
 import brevitas.quant as bquant
-from brevitas.proxy.quant_proxy import QuantProxyFromInjector
-from brevitas.quant_tensor import IntQuantTensor
-from brevitas.quant_tensor import QuantTensor
-
 import golden_models as gm
+import torch
+from brevitas.proxy.quant_proxy import QuantProxyFromInjector
+from brevitas.quant_tensor import IntQuantTensor, QuantTensor
 
 OUT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "brevitas_0_12_models.pt")
 SEED = 2024  # module initialisation
@@ -82,9 +79,14 @@ def state_of(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
 def unpack(out: Any) -> Dict[str, Any]:
     """A model output as plain data: every field of a QuantTensor, or just the value."""
     if isinstance(out, QuantTensor):
-        return {"value": snap(out.value), "scale": snap(out.scale),
-                "zero_point": snap(out.zero_point), "bit_width": snap(out.bit_width),
-                "signed": bool(out.signed), "training": bool(out.training)}
+        return {
+            "value": snap(out.value),
+            "scale": snap(out.scale),
+            "zero_point": snap(out.zero_point),
+            "bit_width": snap(out.bit_width),
+            "signed": bool(out.signed),
+            "training": bool(out.training),
+        }
     return {"value": snap(out)}
 
 
@@ -107,8 +109,11 @@ class QuantizerCalls:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.calls: List[Dict[str, Any]] = []
-        self.handles = [m.register_forward_hook(self.hook) for m in model.modules()
-                        if isinstance(m, QuantProxyFromInjector)]
+        self.handles = [
+            m.register_forward_hook(self.hook)
+            for m in model.modules()
+            if isinstance(m, QuantProxyFromInjector)
+        ]
 
     def hook(self, module, args, out) -> None:
         if not isinstance(out, QuantTensor) or not out.value.requires_grad:
@@ -129,7 +134,9 @@ class QuantizerCalls:
         for call in self.calls:
             if call["g"] is None:
                 continue
-            q_max = float((call["value"] / call["scale"]).abs().max()) if call["value"].numel() else 1.0
+            q_max = (
+                float((call["value"] / call["scale"]).abs().max()) if call["value"].numel() else 1.0
+            )
             total += EPS32 * float(call["g"].abs().sum()) * max(1.0, q_max)
         self.calls = []
         return total
@@ -164,7 +171,8 @@ def record_model(name: str, dtype: torch.dtype) -> Dict[str, Any]:
     gen = torch.Generator().manual_seed(DATA_SEED)
     model, init_state, init_load = build(name, dtype)
     record: Dict[str, Any] = {
-        "name": name, "dtype": str(dtype).replace("torch.", ""),
+        "name": name,
+        "dtype": str(dtype).replace("torch.", ""),
         "init_state": init_state,  # float32, as loaded before the conversion
         "init_load": init_load,
         "state_keys": list(model.state_dict().keys()),
@@ -177,9 +185,12 @@ def record_model(name: str, dtype: torch.dtype) -> Dict[str, Any]:
     record["fresh_eval"] = eval_outputs(model, eval_inputs)
 
     named = list(model.named_parameters())
-    opt = torch.optim.SGD([
-        {"params": [p for n, p in named if not is_quantizer_param(n)], "lr": LAYER_LR},
-        {"params": [p for n, p in named if is_quantizer_param(n)], "lr": QUANT_LR}])
+    opt = torch.optim.SGD(
+        [
+            {"params": [p for n, p in named if not is_quantizer_param(n)], "lr": LAYER_LR},
+            {"params": [p for n, p in named if is_quantizer_param(n)], "lr": QUANT_LR},
+        ]
+    )
     calls = QuantizerCalls(model)
     steps = []
     for _ in range(STEPS):
@@ -189,10 +200,14 @@ def record_model(name: str, dtype: torch.dtype) -> Dict[str, Any]:
         out = model(x)
         g = torch.randn(value_of(out).shape, generator=gen, dtype=torch.float64).to(dtype)
         (value_of(out) * g).sum().backward()
-        step = {"x": snap(x), "out": unpack(out), "g": g,
-                "grad_x": snap(x.grad) if x.is_floating_point() else None,
-                "grads": {n: snap(p.grad) for n, p in named},
-                "bound": calls.summation_bound()}
+        step = {
+            "x": snap(x),
+            "out": unpack(out),
+            "g": g,
+            "grad_x": snap(x.grad) if x.is_floating_point() else None,
+            "grads": {n: snap(p.grad) for n, p in named},
+            "bound": calls.summation_bound(),
+        }
         opt.step()
         opt.zero_grad(set_to_none=True)
         step["params"] = {n: snap(p) for n, p in named}
@@ -213,8 +228,11 @@ def record_model(name: str, dtype: torch.dtype) -> Dict[str, Any]:
     report = load_report(quant_model.load_state_dict(float_state, strict=False))
     quant_model.to(dtype)
     record["float_ckpt"] = {
-        "state": float_state, "load": report, "state_after": state_of(quant_model),
-        "eval": eval_outputs(quant_model, eval_inputs)}
+        "state": float_state,
+        "load": report,
+        "state_after": state_of(quant_model),
+        "eval": eval_outputs(quant_model, eval_inputs),
+    }
     return record
 
 
@@ -222,8 +240,14 @@ def main() -> None:
     torch.set_default_dtype(torch.float32)
     # One thread, as the replay runs: the recorded numbers do not depend on how a kernel splits work.
     torch.set_num_threads(1)
-    golden = {"brevitas": brevitas.__version__, "torch": str(torch.__version__), "seed": SEED,
-              "steps": STEPS, "float32": {}, "float64": {}}
+    golden = {
+        "brevitas": brevitas.__version__,
+        "torch": str(torch.__version__),
+        "seed": SEED,
+        "steps": STEPS,
+        "float32": {},
+        "float64": {},
+    }
     for dtype in (torch.float32, torch.float64):
         key = str(dtype).replace("torch.", "")
         for name in gm.MODELS:

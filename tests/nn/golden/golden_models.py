@@ -27,13 +27,13 @@ class Lib(NamedTuple):
 
 
 class SmallCNN(nn.Module):
-
     def __init__(self, lib: Lib) -> None:
         super().__init__()
         qnn, q = lib.nn, lib.quant
         self.inp = qnn.QuantIdentity(return_quant_tensor=True)
         self.conv = qnn.QuantConv2d(
-            3, 4, 3, weight_bit_width=4, bias=True, bias_quant=q.Int32Bias, return_quant_tensor=True)
+            3, 4, 3, weight_bit_width=4, bias=True, bias_quant=q.Int32Bias, return_quant_tensor=True
+        )
         self.relu = qnn.QuantReLU(return_quant_tensor=True)
         self.pool = qnn.TruncAvgPool2d(kernel_size=2)
         self.fc = qnn.QuantLinear(4 * 3 * 3, 5)
@@ -44,7 +44,6 @@ class SmallCNN(nn.Module):
 
 
 class FloatSmallCNN(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.inp = nn.Identity()
@@ -76,9 +75,11 @@ class ResidualBlock(nn.Module):
         # The shared input quantizer is called four times per forward (two add operands, two cat
         # operands), so 7 calls end its warm-up in the middle of the second step.
         self.add = qnn.QuantEltwiseAdd(
-            return_quant_tensor=True, input_collect_stats_steps=7, output_collect_stats_steps=3)
+            return_quant_tensor=True, input_collect_stats_steps=7, output_collect_stats_steps=3
+        )
         self.cat = qnn.QuantCat(
-            input_quant=self.add.input_quant, output_quant=None, return_quant_tensor=True)
+            input_quant=self.add.input_quant, output_quant=None, return_quant_tensor=True
+        )
         self.head = qnn.QuantConv2d(6, 2, 1, bias=True, bias_quant=q.Int32Bias)
 
     def forward(self, x):
@@ -89,7 +90,6 @@ class ResidualBlock(nn.Module):
 
 
 class FloatResidualBlock(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 3, 3, padding=1, bias=False)
@@ -106,26 +106,35 @@ class FloatResidualBlock(nn.Module):
 
 
 class PerChannelMLP(nn.Module):
-
     def __init__(self, lib: Lib) -> None:
         super().__init__()
         qnn, q, enum = lib.nn, lib.quant, lib.enum
         self.fc1 = qnn.QuantLinear(
-            8, 12, bias=True, weight_quant=q.Int8WeightPerChannelFloat, weight_bit_width=6,
+            8,
+            12,
+            bias=True,
+            weight_quant=q.Int8WeightPerChannelFloat,
+            weight_bit_width=6,
             weight_bit_width_impl_type=enum.BitWidthImplType.PARAMETER,
-            input_quant=q.Int8ActPerTensorFloat, input_collect_stats_steps=2)
+            input_quant=q.Int8ActPerTensorFloat,
+            input_collect_stats_steps=2,
+        )
         self.act = qnn.QuantHardTanh(
-            min_val=-1.0, max_val=1.0, bit_width=4,
-            bit_width_impl_type=enum.BitWidthImplType.PARAMETER, return_quant_tensor=True)
+            min_val=-1.0,
+            max_val=1.0,
+            bit_width=4,
+            bit_width_impl_type=enum.BitWidthImplType.PARAMETER,
+            return_quant_tensor=True,
+        )
         self.fc2 = qnn.QuantLinear(
-            12, 4, bias=True, weight_quant=q.Int8WeightPerChannelFloat, bias_quant=q.Int16Bias)
+            12, 4, bias=True, weight_quant=q.Int8WeightPerChannelFloat, bias_quant=q.Int16Bias
+        )
 
     def forward(self, x):
         return self.fc2(self.act(self.fc1(x)))
 
 
 class FloatPerChannelMLP(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.fc1 = nn.Linear(8, 12)
@@ -147,9 +156,17 @@ class DeconvUpsample(nn.Module):
         qnn, q = lib.nn, lib.quant
         self.inp = qnn.QuantIdentity(return_quant_tensor=True, collect_stats_steps=2)
         self.deconv = qnn.QuantConvTranspose2d(
-            3, 2, 3, stride=2, padding=1, output_padding=1, bias=True,
-            weight_quant=q.Int8WeightPerChannelFloat, bias_quant=q.Int32Bias,
-            return_quant_tensor=True)
+            3,
+            2,
+            3,
+            stride=2,
+            padding=1,
+            output_padding=1,
+            bias=True,
+            weight_quant=q.Int8WeightPerChannelFloat,
+            bias_quant=q.Int32Bias,
+            return_quant_tensor=True,
+        )
         self.up = qnn.QuantUpsamplingNearest2d(scale_factor=2)
 
     def forward(self, x):
@@ -157,7 +174,6 @@ class DeconvUpsample(nn.Module):
 
 
 class FloatDeconvUpsample(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.deconv = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1, bias=True)
@@ -171,7 +187,6 @@ class FloatDeconvUpsample(nn.Module):
 
 
 class EmbeddingLinear(nn.Module):
-
     def __init__(self, lib: Lib) -> None:
         super().__init__()
         qnn, q = lib.nn, lib.quant
@@ -183,7 +198,6 @@ class EmbeddingLinear(nn.Module):
 
 
 class FloatEmbeddingLinear(nn.Module):
-
     def __init__(self) -> None:
         super().__init__()
         self.emb = nn.Embedding(10, 6, padding_idx=0)
@@ -200,12 +214,16 @@ def float_input(shape: Tuple[int, ...]) -> Callable[[torch.Generator, torch.dtyp
     def make(gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
         # drawn in float64 so the float32 and float64 runs see the same numbers
         return (torch.randn(shape, generator=gen, dtype=torch.float64) * 1.5).to(dtype)
+
     return make
 
 
-def index_input(shape: Tuple[int, ...], high: int) -> Callable[[torch.Generator, torch.dtype], torch.Tensor]:
+def index_input(
+    shape: Tuple[int, ...], high: int
+) -> Callable[[torch.Generator, torch.dtype], torch.Tensor]:
     def make(gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
         return torch.randint(0, high, shape, generator=gen)
+
     return make
 
 

@@ -94,6 +94,7 @@ def lib():
     from brevitas_cpp import nn as qnn
     from brevitas_cpp import quant
     from brevitas_cpp.inject import enum
+
     return gm.Lib(nn=qnn, quant=quant, enum=enum)
 
 
@@ -120,10 +121,16 @@ def build(record: Dict[str, Any], dtype: torch.dtype):
 
 def unpack(out: Any) -> Dict[str, Any]:
     from brevitas_cpp.quant_tensor import QuantTensor
+
     if isinstance(out, QuantTensor):
-        return {"value": out.value, "scale": out.scale, "zero_point": out.zero_point,
-                "bit_width": out.bit_width, "signed": bool(out.signed),
-                "training": bool(out.training)}
+        return {
+            "value": out.value,
+            "scale": out.scale,
+            "zero_point": out.zero_point,
+            "bit_width": out.bit_width,
+            "signed": bool(out.signed),
+            "training": bool(out.training),
+        }
     assert isinstance(out, torch.Tensor), f"model returned {type(out).__name__}"
     return {"value": out}
 
@@ -140,7 +147,9 @@ def eval_outputs(model: torch.nn.Module, inputs: List[torch.Tensor]) -> List[Dic
 # ---- comparisons ----------------------------------------------------------------------------------
 
 
-def assert_exact(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str) -> None:
+def assert_exact(
+    actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str
+) -> None:
     if expected is None:
         assert actual is None, f"{what}: got a tensor, want None"
         return
@@ -151,13 +160,16 @@ def assert_exact(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor
         first = tuple(bad[0].tolist()) if bad.numel() else ()
         raise AssertionError(
             f"{what}: {len(bad)} of {expected.numel()} elements differ; first at {first}: "
-            f"got {a[first].item()!r}, want {expected[first].item()!r}")
+            f"got {a[first].item()!r}, want {expected[first].item()!r}"
+        )
 
 
 def _check_like(actual: Any, expected: torch.Tensor, what: str) -> None:
     assert isinstance(actual, torch.Tensor), f"{what}: got {actual!r}, want a tensor"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, want {expected.dtype}"
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, want {tuple(expected.shape)}"
+    assert actual.shape == expected.shape, (
+        f"{what}: shape {tuple(actual.shape)}, want {tuple(expected.shape)}"
+    )
 
 
 def _kernel_tolerance(expected: torch.Tensor) -> float:
@@ -166,8 +178,12 @@ def _kernel_tolerance(expected: torch.Tensor) -> float:
     return KERNEL_ULPS * eps * float(expected.abs().max())
 
 
-def assert_at_kernel_precision(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
-                               what: str, step: Optional[torch.Tensor] = None) -> None:
+def assert_at_kernel_precision(
+    actual: Optional[torch.Tensor],
+    expected: Optional[torch.Tensor],
+    what: str,
+    step: Optional[torch.Tensor] = None,
+) -> None:
     """Equal up to what the float kernels (convolution, matrix products) define: within
     KERNEL_ULPS ulps of the tensor's largest magnitude (norm-wise, as a summation-order difference
     is bounded). A quantized value (`step`: its scale) may also land one quantization step away
@@ -184,20 +200,27 @@ def assert_at_kernel_precision(actual: Optional[torch.Tensor], expected: Optiona
     diff = (a - expected).abs()
     off = diff > tol
     if step is None:
-        assert not off.any(), (f"{what}: {int(off.sum())} of {expected.numel()} elements differ by "
-                               f"more than {KERNEL_ULPS} ulps of max|want| ({tol:.3g}); largest "
-                               f"{float(diff.max()):.3g}")
+        assert not off.any(), (
+            f"{what}: {int(off.sum())} of {expected.numel()} elements differ by "
+            f"more than {KERNEL_ULPS} ulps of max|want| ({tol:.3g}); largest "
+            f"{float(diff.max()):.3g}"
+        )
         return
     step_slack = 1 + KERNEL_ULPS * torch.finfo(expected.dtype).eps
     one_step = step.detach().expand_as(expected) * step_slack + tol
-    assert bool((diff <= one_step).all()), f"{what}: an element is more than one quantization step off"
+    assert bool((diff <= one_step).all()), (
+        f"{what}: an element is more than one quantization step off"
+    )
     allowed = max(1, expected.numel() // 100)
-    assert int(off.sum()) <= allowed, (f"{what}: {int(off.sum())} of {expected.numel()} elements a "
-                                       f"quantization step off (at most {allowed} allowed)")
+    assert int(off.sum()) <= allowed, (
+        f"{what}: {int(off.sum())} of {expected.numel()} elements a "
+        f"quantization step off (at most {allowed} allowed)"
+    )
 
 
-def assert_near(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str,
-                atol: float) -> None:
+def assert_near(
+    actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str, atol: float
+) -> None:
     """Gradients: within rtol GRAD_RTOL plus `atol`, and never tighter than the float kernels'
     precision (KERNEL_ULPS ulps of the largest magnitude: a gradient element that cancels to
     near zero carries the kernels' rounding of the larger terms)."""
@@ -207,37 +230,48 @@ def assert_near(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor]
     _check_like(actual, expected, what)
     if torch.equal(actual.detach(), expected):
         return
-    torch.testing.assert_close(actual.detach(), expected, rtol=GRAD_RTOL,
-                               atol=max(atol, _kernel_tolerance(expected)),
-                               msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        actual.detach(),
+        expected,
+        rtol=GRAD_RTOL,
+        atol=max(atol, _kernel_tolerance(expected)),
+        msg=lambda m: f"{what}: {m}",
+    )
 
 
 def assert_outputs(actual: Dict[str, Any], expected: Dict[str, Any], what: str) -> None:
     assert sorted(actual) == sorted(expected), (
-        f"{what}: output fields {sorted(actual)}, want {sorted(expected)} (QuantTensor or not)")
+        f"{what}: output fields {sorted(actual)}, want {sorted(expected)} (QuantTensor or not)"
+    )
     for field, want in expected.items():
         if field == "value":
-            assert_at_kernel_precision(actual[field], want, f"{what} {field}", step=expected.get("scale"))
+            assert_at_kernel_precision(
+                actual[field], want, f"{what} {field}", step=expected.get("scale")
+            )
         elif isinstance(want, torch.Tensor):
             assert_at_kernel_precision(actual[field], want, f"{what} {field}")
         else:
             assert actual[field] == want, f"{what} {field}: got {actual[field]}, want {want}"
 
 
-def assert_all_outputs(actual: List[Dict[str, Any]], expected: List[Dict[str, Any]], what: str) -> None:
+def assert_all_outputs(
+    actual: List[Dict[str, Any]], expected: List[Dict[str, Any]], what: str
+) -> None:
     assert len(actual) == len(expected)
     for i, (a, e) in enumerate(zip(actual, expected)):
         assert_outputs(a, e, f"{what}, eval input {i}:")
 
 
-def assert_state(model: torch.nn.Module, expected: Dict[str, torch.Tensor], what: str,
-                 exact: bool = False) -> None:
+def assert_state(
+    model: torch.nn.Module, expected: Dict[str, torch.Tensor], what: str, exact: bool = False
+) -> None:
     """state_dict keys in order, and values: bit for bit where no float kernel has run on them
     (`exact`), else at kernel precision (runtime statistics of layer outputs)."""
     actual = model.state_dict()
     assert list(actual) == list(expected), (
         f"{what}: state_dict keys differ; only here: {sorted(set(actual) - set(expected))}, "
-        f"only in Brevitas: {sorted(set(expected) - set(actual))} (or the order differs)")
+        f"only in Brevitas: {sorted(set(expected) - set(actual))} (or the order differs)"
+    )
     compare = assert_exact if exact else assert_at_kernel_precision
     for key, value in expected.items():
         compare(actual[key], value, f"{what} state_dict[{key!r}]")
@@ -260,7 +294,9 @@ def check_initial(model: torch.nn.Module, record: Dict[str, Any]) -> None:
         quantizers = [(n, m) for n, m in model.named_modules() if n.endswith("tensor_quant")]
         assert quantizers, "no tensor_quant submodule found"
         for n, m in quantizers:
-            assert isinstance(m, torch.jit.ScriptModule), f"{n} ({type(m).__name__}) is not scripted"
+            assert isinstance(m, torch.jit.ScriptModule), (
+                f"{n} ({type(m).__name__}) is not scripted"
+            )
 
 
 @pytest.mark.parametrize("dtype_name,name", CASES, ids=CASE_IDS)
@@ -270,13 +306,18 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
     model, report = build(record, dtype)
     note_report(dtype_name, name, "initial state_dict", report, model)
     check_initial(model, record)
-    assert_all_outputs(eval_outputs(model, record["eval_inputs"]), record["fresh_eval"], "fresh model")
+    assert_all_outputs(
+        eval_outputs(model, record["eval_inputs"]), record["fresh_eval"], "fresh model"
+    )
 
     named = list(model.named_parameters())
     lr = record["lr"]
-    opt = torch.optim.SGD([
-        {"params": [p for n, p in named if not is_quantizer_param(n)], "lr": lr["layer"]},
-        {"params": [p for n, p in named if is_quantizer_param(n)], "lr": lr["quant"]}])
+    opt = torch.optim.SGD(
+        [
+            {"params": [p for n, p in named if not is_quantizer_param(n)], "lr": lr["layer"]},
+            {"params": [p for n, p in named if is_quantizer_param(n)], "lr": lr["quant"]},
+        ]
+    )
     eps = torch.finfo(dtype).eps
     for k, step in enumerate(record["steps"]):
         what = f"step {k}"
@@ -302,14 +343,21 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
             want, grad = step["params"][pname], step["grads"][pname]
             grad_max = 0.0 if grad is None else float(grad.abs().max())
             sgd_atol = p_lr * (atol + GRAD_RTOL * grad_max) + eps * float(want.abs().max())
-            torch.testing.assert_close(p.detach(), want, rtol=0.0, atol=sgd_atol,
-                                       msg=lambda m: f"{what} {pname} after SGD: {m}")
+            torch.testing.assert_close(
+                p.detach(),
+                want,
+                rtol=0.0,
+                atol=sgd_atol,
+                msg=lambda m: f"{what} {pname} after SGD: {m}",
+            )
         with torch.no_grad():  # continue from Brevitas's parameters: every forward stays exact
             for pname, p in named:
                 p.copy_(step["params"][pname])
         assert_state(model, step["state"], f"{what} after SGD")
 
-    assert_all_outputs(eval_outputs(model, record["eval_inputs"]), record["final_eval"], "after training")
+    assert_all_outputs(
+        eval_outputs(model, record["eval_inputs"]), record["final_eval"], "after training"
+    )
     assert_state(model, record["final_state"], "after training")
 
     reloaded, _ = build(record, dtype)
@@ -319,8 +367,11 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
     # rebuilds the activation quantizers in the default dtype, so its reload_eval of a float64
     # model is a float32 quantizer's (off by about 1e-8); ours keep the model's dtype and device
     # (tests/proxy/test_reload_keeps_placement.py).
-    assert_all_outputs(eval_outputs(reloaded, record["eval_inputs"]), record["final_eval"],
-                       "reloaded trained state_dict")
+    assert_all_outputs(
+        eval_outputs(reloaded, record["eval_inputs"]),
+        record["final_eval"],
+        "reloaded trained state_dict",
+    )
 
 
 @pytest.mark.parametrize("dtype_name,name", CASES, ids=CASE_IDS)
@@ -350,12 +401,20 @@ _RUNTIME_STATS_KEYS: Dict[Tuple[str, str], Set[str]] = {}
 
 def runtime_stats_values(model: torch.nn.Module) -> Set[str]:
     """state_dict keys of the learned values of runtime-statistics scales (the known deviation)."""
-    return {f"{name}.value" for name, module in model.named_modules(remove_duplicate=False)
-            if type(module).__name__ == "ParameterFromRuntimeStatsScaling"}
+    return {
+        f"{name}.value"
+        for name, module in model.named_modules(remove_duplicate=False)
+        if type(module).__name__ == "ParameterFromRuntimeStatsScaling"
+    }
 
 
-def note_report(dtype_name: str, name: str, what: str, report: Dict[str, List[str]],
-                model: Optional[torch.nn.Module] = None) -> None:
+def note_report(
+    dtype_name: str,
+    name: str,
+    what: str,
+    report: Dict[str, List[str]],
+    model: Optional[torch.nn.Module] = None,
+) -> None:
     _REPORTS.setdefault((dtype_name, name), {})[what] = report
     if model is not None:
         _RUNTIME_STATS_KEYS[(dtype_name, name)] = runtime_stats_values(model)
@@ -372,18 +431,29 @@ def observed_reports(dtype_name: str, name: str) -> Dict[str, Dict[str, List[str
         note_report(dtype_name, name, "initial state_dict", report, model)
     if "trained state_dict" not in reports:
         model, _ = build(record, dtype)
-        note_report(dtype_name, name, "trained state_dict",
-                    load_report(model.load_state_dict(record["final_state"], strict=False)))
+        note_report(
+            dtype_name,
+            name,
+            "trained state_dict",
+            load_report(model.load_state_dict(record["final_state"], strict=False)),
+        )
     if "float checkpoint" not in reports:
         model, _ = build(record, torch.float32)
-        note_report(dtype_name, name, "float checkpoint",
-                    load_report(model.load_state_dict(record["float_ckpt"]["state"], strict=False)))
+        note_report(
+            dtype_name,
+            name,
+            "float checkpoint",
+            load_report(model.load_state_dict(record["float_ckpt"]["state"], strict=False)),
+        )
     return _REPORTS[(dtype_name, name)]
 
 
 def brevitas_reports(record: Dict[str, Any]) -> Dict[str, Dict[str, List[str]]]:
-    return {"initial state_dict": record["init_load"], "trained state_dict": record["reload_load"],
-            "float checkpoint": record["float_ckpt"]["load"]}
+    return {
+        "initial state_dict": record["init_load"],
+        "trained state_dict": record["reload_load"],
+        "float checkpoint": record["float_ckpt"]["load"],
+    }
 
 
 # A deliberate difference (issue 4: a float checkpoint loads without flags): brevitas_cpp's
@@ -400,9 +470,13 @@ def test_load_reports_apart_from_runtime_stats(dtype_name: str, name: str) -> No
     assert bool(skip) == (name in HAS_RUNTIME_STATS)
 
     def apart(reports: Dict[str, Dict[str, List[str]]]) -> Dict[str, Dict[str, List[str]]]:
-        return {what: {"missing": [k for k in report["missing"] if k not in skip],
-                       "unexpected": report["unexpected"]}
-                for what, report in reports.items()}
+        return {
+            what: {
+                "missing": [k for k in report["missing"] if k not in skip],
+                "unexpected": report["unexpected"],
+            }
+            for what, report in reports.items()
+        }
 
     assert apart(reports) == apart(brevitas_reports(GOLDEN[dtype_name][name]))
 
@@ -417,8 +491,9 @@ def test_load_reports_differ_only_by_runtime_stats_values(dtype_name: str, name:
         assert ours[what]["unexpected"] == theirs[what]["unexpected"]
         extra = set(theirs[what]["missing"]) - set(ours[what]["missing"])
         assert extra <= set(skip)
-        assert all(k.endswith("scaling_impl.value") or k.endswith("zero_point_impl.value")
-                   for k in extra)
+        assert all(
+            k.endswith("scaling_impl.value") or k.endswith("zero_point_impl.value") for k in extra
+        )
 
 
 class _FloorInsteadOfRound(TorchDispatchMode):

@@ -2,8 +2,8 @@
 which keep a QuantTensor input's quantization when disabled (passthrough)."""
 
 import torch
-
 from helpers import rand, ref_int_quant
+
 from brevitas_cpp.inject.enum import ScalingImplType
 from brevitas_cpp.nn import QuantLinear
 from brevitas_cpp.quant import Int8ActPerTensorFloat
@@ -20,8 +20,9 @@ def test_input_and_output_quantizers_have_no_activation():
     x = rand((3, 6), seed=1) * 3
     qi = m.input_quant(x)
     scale = torch.tensor(1.28) / 8  # 4-bit signed threshold 1.28
-    assert torch.equal(qi.value, ref_int_quant(x, scale, torch.tensor(0.0), torch.tensor(4.0),
-                                               True, False))
+    assert torch.equal(
+        qi.value, ref_int_quant(x, scale, torch.tensor(0.0), torch.tensor(4.0), True, False)
+    )
     assert m.input_quant.is_passthrough_act and m.output_quant.is_passthrough_act
 
 

@@ -28,11 +28,18 @@ class ConstUint8Act(Uint8ActPerTensorFloat):
 class ReLUAct(QuantNonLinearActLayer):
     """A QuantReLU-like layer: unprefixed keywords configure act_quant."""
 
-    def __init__(self, act_quant=ConstUint8Act, input_quant=None, return_quant_tensor=False,
-                 **kwargs):
-        QuantNonLinearActLayer.__init__(self, act_impl=nn.ReLU, passthrough_act=True,
-                                        input_quant=input_quant, act_quant=act_quant,
-                                        return_quant_tensor=return_quant_tensor, **kwargs)
+    def __init__(
+        self, act_quant=ConstUint8Act, input_quant=None, return_quant_tensor=False, **kwargs
+    ):
+        QuantNonLinearActLayer.__init__(
+            self,
+            act_impl=nn.ReLU,
+            passthrough_act=True,
+            input_quant=input_quant,
+            act_quant=act_quant,
+            return_quant_tensor=return_quant_tensor,
+            **kwargs,
+        )
 
 
 class Trunc(TruncMixin, QuantLayerMixin, nn.Module):
@@ -61,8 +68,11 @@ def test_none_gives_disabled_proxies():
 
 @pytest.mark.parametrize("bad", ["int8", nn.Linear, 8], ids=["str", "class", "int"])
 def test_quantizer_argument_type(bad):
-    with pytest.raises(TypeError, match=r"QuantLinear: input_quant must be a quantizer class .* "
-                       r"or None; got"):
+    with pytest.raises(
+        TypeError,
+        match=r"QuantLinear: input_quant must be a quantizer class .* "
+        r"or None; got",
+    ):
         QuantLinear(6, 5, input_quant=bad)
 
 
@@ -83,17 +93,26 @@ def test_wrong_kind_of_proxy_instance():
 # ---- keyword checks ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(weight_bitwidth=4), r"QuantLinear: unknown keyword argument weight_bitwidth=4: "
-     r"weight_quant=Int8WeightPerTensorFloat has no attribute or core-block argument 'bitwidth'.*"
-     r"accepted prefixes: 'input_' \(input_quant\), 'output_' \(output_quant\), 'weight_' "
-     r"\(weight_quant\), 'bias_' \(bias_quant\)\. Did you mean weight_bit_width"),
-    (dict(bias_quant=Int32Bias, bias_bitwdth=16), r"bias_quant=Int32Bias has no attribute"),
-    (dict(input_scaling_per_output_chanel=True), r"input_quant=NoneActQuant has no attribute"),
-    (dict(bit_width=4), r"QuantLinear: unexpected keyword argument bit_width=4\. .*must start "
-     r"with a quantizer prefix; accepted prefixes: 'input_' \(input_quant\), 'output_' "
-     r"\(output_quant\), 'weight_' \(weight_quant\), 'bias_' \(bias_quant\)$"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            dict(weight_bitwidth=4),
+            r"QuantLinear: unknown keyword argument weight_bitwidth=4: "
+            r"weight_quant=Int8WeightPerTensorFloat has no attribute or core-block argument 'bitwidth'.*"
+            r"accepted prefixes: 'input_' \(input_quant\), 'output_' \(output_quant\), 'weight_' "
+            r"\(weight_quant\), 'bias_' \(bias_quant\)\. Did you mean weight_bit_width",
+        ),
+        (dict(bias_quant=Int32Bias, bias_bitwdth=16), r"bias_quant=Int32Bias has no attribute"),
+        (dict(input_scaling_per_output_chanel=True), r"input_quant=NoneActQuant has no attribute"),
+        (
+            dict(bit_width=4),
+            r"QuantLinear: unexpected keyword argument bit_width=4\. .*must start "
+            r"with a quantizer prefix; accepted prefixes: 'input_' \(input_quant\), 'output_' "
+            r"\(output_quant\), 'weight_' \(weight_quant\), 'bias_' \(bias_quant\)$",
+        ),
+    ],
+)
 def test_unknown_keywords_raise(kwargs, match):
     with pytest.raises(TypeError, match=match):
         QuantLinear(6, 5, **kwargs)
@@ -110,12 +129,18 @@ def test_unprefixed_keywords_go_to_the_activation_quantizer():
     x = torch.randn(3, 5)
     assert float(m.act_quant(x).bit_width) == 4.0
     assert float(m.input_quant(x).bit_width) == 6.0
-    with pytest.raises(TypeError, match=r"ReLUAct: unknown keyword argument input_bitwidth=6: "
-                       r"input_quant=Int8ActPerTensorFloat has no .*'bitwidth'; act_quant="
-                       r"ConstUint8Act has no attribute or core-block argument 'input_bitwidth'"):
+    with pytest.raises(
+        TypeError,
+        match=r"ReLUAct: unknown keyword argument input_bitwidth=6: "
+        r"input_quant=Int8ActPerTensorFloat has no .*'bitwidth'; act_quant="
+        r"ConstUint8Act has no attribute or core-block argument 'input_bitwidth'",
+    ):
         ReLUAct(input_quant=Int8ActPerTensorFloat, input_bitwidth=6)
-    with pytest.raises(TypeError, match=r"ReLUAct: unknown keyword argument bitwidth=4: .*accepted "
-                       r"prefixes: 'input_' \(input_quant\), none \(act_quant\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"ReLUAct: unknown keyword argument bitwidth=4: .*accepted "
+        r"prefixes: 'input_' \(input_quant\), none \(act_quant\)",
+    ):
         ReLUAct(bitwidth=4)
 
 
@@ -130,8 +155,11 @@ def test_trunc_mixin_takes_unprefixed_keywords():
 def test_keyword_for_a_shared_proxy_raises_and_leaves_it_untouched():
     owner = QuantLinear(6, 5)
     proxy = owner.weight_quant
-    with pytest.raises(TypeError, match=r"QuantLinear: keyword argument weight_bit_width=4 can not "
-                       r"be applied: weight_quant is a shared proxy instance"):
+    with pytest.raises(
+        TypeError,
+        match=r"QuantLinear: keyword argument weight_bit_width=4 can not "
+        r"be applied: weight_quant is a shared proxy instance",
+    ):
         QuantLinear(6, 5, weight_quant=proxy, weight_bit_width=4)
     assert proxy.tracked_module_list == [owner]
 
@@ -149,7 +177,6 @@ def test_shared_proxy_tracks_the_layer_once_built():
 def test_subclass_with_its_own_init_is_checked_once_at_the_end():
 
     class Square(QuantLinear):
-
         def __init__(self, features, **kwargs):
             super().__init__(features, features, **kwargs)
             self.features = features
@@ -172,8 +199,9 @@ def test_mixin_internal_keywords_are_not_user_errors():
 
 
 def test_return_quant_tensor_must_be_bool():
-    with pytest.raises(TypeError,
-                       match="QuantLinear: return_quant_tensor must be a bool, got 'no'"):
+    with pytest.raises(
+        TypeError, match="QuantLinear: return_quant_tensor must be a bool, got 'no'"
+    ):
         QuantLinear(6, 5, return_quant_tensor="no")
 
 
@@ -183,14 +211,16 @@ def test_unpack_input_and_pack_output():
     assert m.unpack_input(x) is x
     qt = IntQuantTensor(x, 1.0, 0.0, 8.0, True, False)
     assert m.unpack_input(qt) is qt
-    with pytest.raises(TypeError,
-                       match="QuantLinear: input must be a Tensor or a QuantTensor, got list"):
+    with pytest.raises(
+        TypeError, match="QuantLinear: input must be a Tensor or a QuantTensor, got list"
+    ):
         m.unpack_input([x])
     assert m.pack_output(qt) is x  # value only when return_quant_tensor is False
     m.return_quant_tensor = True
     assert m.pack_output(qt) is qt
-    with pytest.raises(RuntimeError, match="QuantLinear: return_quant_tensor=True, but the output "
-                       "is not quantized"):
+    with pytest.raises(
+        RuntimeError, match="QuantLinear: return_quant_tensor=True, but the output is not quantized"
+    ):
         m.pack_output(x)
     assert m.export_mode is False and m.accept_quant_tensor is True
 
@@ -198,11 +228,11 @@ def test_unpack_input_and_pack_output():
 def test_nonlinear_act_mixin_alone():
 
     class Act(QuantNonLinearActMixin, nn.Module):
-
         def __init__(self, **kwargs):
             nn.Module.__init__(self)
-            QuantNonLinearActMixin.__init__(self, act_impl=nn.ReLU, passthrough_act=True,
-                                            act_quant=ConstUint8Act, **kwargs)
+            QuantNonLinearActMixin.__init__(
+                self, act_impl=nn.ReLU, passthrough_act=True, act_quant=ConstUint8Act, **kwargs
+            )
 
     a = Act(bit_width=4)
     y = a.act_quant(torch.tensor([-1.0, 0.3, 5.0]))

@@ -3,9 +3,9 @@ quantization, and quantizers rebuilt when the parameter is replaced."""
 
 import pytest
 import torch
+from helpers import rand, ref_int_quant
 from torch import nn
 
-from helpers import rand, ref_int_quant
 from brevitas_cpp.nn import QuantConv2d, QuantLinear
 from brevitas_cpp.nn.mixin import QuantBiasMixin, QuantWeightMixin
 from brevitas_cpp.quant import Int8BiasPerTensorFloatInternalScaling, Int8WeightPerChannelFloat
@@ -73,14 +73,15 @@ def test_adding_a_bias_rebuilds_the_bias_quantizer():
     m.bias = nn.Parameter(rand((5,), seed=3))
     b = m.bias.detach()
     assert m.bias_quant.is_quant_enabled
-    assert torch.equal(m.quant_bias().value,
-                       ref_int_quant(b, b.abs().max() / 128, ZERO, torch.tensor(8.0), True, False))
+    assert torch.equal(
+        m.quant_bias().value,
+        ref_int_quant(b, b.abs().max() / 128, ZERO, torch.tensor(8.0), True, False),
+    )
 
 
 def test_output_channel_dim_must_be_defined():
 
     class NoChannels(QuantWeightMixin, QuantBiasMixin, nn.Module):
-
         def __init__(self):
             nn.Module.__init__(self)
             self.weight = nn.Parameter(torch.ones(2, 2))

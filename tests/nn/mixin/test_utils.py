@@ -19,8 +19,16 @@ def test_quantizer_vocabulary():
     names = quantizer_vocabulary(Int8WeightPerTensorFloat)
     # attributes of the quantizer and its solver, arguments of its @value functions, arguments
     # of core block constructors, attributes the proxies read
-    for name in ("bit_width", "narrow_range", "scaling_impl_type", "scaling_per_output_channel",
-                 "scaling_min_val", "collect_stats_steps", "proxy_class", "update_state_dict_impl"):
+    for name in (
+        "bit_width",
+        "narrow_range",
+        "scaling_impl_type",
+        "scaling_per_output_channel",
+        "scaling_min_val",
+        "collect_stats_steps",
+        "proxy_class",
+        "update_state_dict_impl",
+    ):
         assert name in names, name
     assert "bitwidth" not in names and "__self__" not in names
     assert PROXY_READ_ATTRIBUTES <= names
@@ -32,6 +40,12 @@ def test_quantizer_vocabulary():
 
 def test_vocabulary_of_an_activation_quantizer():
     names = quantizer_vocabulary(Int8ActPerTensorFloat)
-    assert {"bit_width", "collect_stats_steps", "scaling_stats_momentum", "act_impl",
-            "passthrough_act", "high_percentile_q"} <= names
+    assert {
+        "bit_width",
+        "collect_stats_steps",
+        "scaling_stats_momentum",
+        "act_impl",
+        "passthrough_act",
+        "high_percentile_q",
+    } <= names
     assert "bitwidth" not in names

@@ -35,11 +35,10 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Set
 
-import torch
-
 import brevitas
 import brevitas.inject.enum as benum
 import brevitas.quant as bquant
+import torch
 
 OUT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "brevitas_0_12.pt")
 SEED = 1234
@@ -55,8 +54,15 @@ def enum(cls: str, name: str) -> Dict[str, str]:
 
 
 def weight(name, quantizer, layer, attrs=None, let=None, steps=3):
-    return dict(name=name, quantizer=quantizer, kind="weight", layer=layer, attrs=attrs or {},
-                let=let or {}, steps=steps)
+    return dict(
+        name=name,
+        quantizer=quantizer,
+        kind="weight",
+        layer=layer,
+        attrs=attrs or {},
+        let=let or {},
+        steps=steps,
+    )
 
 
 def eval_points(collect: int, steps: int) -> List[int]:
@@ -65,19 +71,36 @@ def eval_points(collect: int, steps: int) -> List[int]:
     return sorted({0, max(collect // 2, 1), collect - 1, collect, steps - 1} & set(range(steps)))
 
 
-def act(name, quantizer, shape, attrs=None, let=None, steps=None, collect=DEFAULT_COLLECT,
-        spread=2.0):
+def act(
+    name, quantizer, shape, attrs=None, let=None, steps=None, collect=DEFAULT_COLLECT, spread=2.0
+):
     # Enough steps to cover the statistics warm-up, the switch to the learned parameter and a
     # few updates of it.
     steps = steps if steps is not None else collect + 5
     eval_at = eval_points(collect, steps)
-    return dict(name=name, quantizer=quantizer, kind="act", shape=shape, attrs=attrs or {},
-                let=let or {}, steps=steps, eval_at=eval_at, spread=spread)
+    return dict(
+        name=name,
+        quantizer=quantizer,
+        kind="act",
+        shape=shape,
+        attrs=attrs or {},
+        let=let or {},
+        steps=steps,
+        eval_at=eval_at,
+        spread=spread,
+    )
 
 
 def bias(name, quantizer, internal=False, let=None, steps=3):
-    return dict(name=name, quantizer=quantizer, kind="bias_internal" if internal else "bias",
-                layer=("linear", (5, 6)), attrs={}, let=let or {}, steps=steps)
+    return dict(
+        name=name,
+        quantizer=quantizer,
+        kind="bias_internal" if internal else "bias",
+        layer=("linear", (5, 6)),
+        attrs={},
+        let=let or {},
+        steps=steps,
+    )
 
 
 def trunc(name, quantizer):
@@ -95,15 +118,30 @@ CASES: List[Dict[str, Any]] = [
     weight("Int8WeightPerChannelFloat", "Int8WeightPerChannelFloat", CONV),
     act("Int8ActPerTensorFloat", "Int8ActPerTensorFloat", ACT_SHAPE),
     act("Uint8ActPerTensorFloat", "Uint8ActPerTensorFloat", ACT_SHAPE),
-    act("Int8ActPerTensorFloatMinMaxInit", "Int8ActPerTensorFloatMinMaxInit", ACT_SHAPE,
-        let={"min_val": -1.5, "max_val": 1.5}, steps=6, collect=0),
-    act("Uint8ActPerTensorFloatMaxInit", "Uint8ActPerTensorFloatMaxInit", ACT_SHAPE,
-        let={"max_val": 2.0}, steps=6, collect=0),
+    act(
+        "Int8ActPerTensorFloatMinMaxInit",
+        "Int8ActPerTensorFloatMinMaxInit",
+        ACT_SHAPE,
+        let={"min_val": -1.5, "max_val": 1.5},
+        steps=6,
+        collect=0,
+    ),
+    act(
+        "Uint8ActPerTensorFloatMaxInit",
+        "Uint8ActPerTensorFloatMaxInit",
+        ACT_SHAPE,
+        let={"max_val": 2.0},
+        steps=6,
+        collect=0,
+    ),
     bias("Int8Bias", "Int8Bias"),
     bias("Int16Bias", "Int16Bias"),
     bias("Int32Bias", "Int32Bias"),
-    bias("Int8BiasPerTensorFloatInternalScaling", "Int8BiasPerTensorFloatInternalScaling",
-         internal=True),
+    bias(
+        "Int8BiasPerTensorFloatInternalScaling",
+        "Int8BiasPerTensorFloatInternalScaling",
+        internal=True,
+    ),
     trunc("TruncTo8bit", "TruncTo8bit"),
     trunc("RoundTo8bit", "RoundTo8bit"),
     weight("ShiftedUint8WeightPerTensorFloat", "ShiftedUint8WeightPerTensorFloat", CONV),
@@ -113,42 +151,109 @@ CASES: List[Dict[str, Any]] = [
     weight("Int8WeightPerChannelFixedPoint", "Int8WeightPerChannelFixedPoint", CONV),
     act("Int8ActPerTensorFixedPoint", "Int8ActPerTensorFixedPoint", ACT_SHAPE),
     act("Uint8ActPerTensorFixedPoint", "Uint8ActPerTensorFixedPoint", ACT_SHAPE),
-    bias("Int8BiasPerTensorFixedPointInternalScaling", "Int8BiasPerTensorFixedPointInternalScaling",
-         internal=True),
-    act("Uint8ActPerTensorFixedPointMaxInit", "Uint8ActPerTensorFixedPointMaxInit", ACT_SHAPE,
-        let={"max_val": 2.0}, steps=6, collect=0),
+    bias(
+        "Int8BiasPerTensorFixedPointInternalScaling",
+        "Int8BiasPerTensorFixedPointInternalScaling",
+        internal=True,
+    ),
+    act(
+        "Uint8ActPerTensorFixedPointMaxInit",
+        "Uint8ActPerTensorFixedPointMaxInit",
+        ACT_SHAPE,
+        let={"max_val": 2.0},
+        steps=6,
+        collect=0,
+    ),
     weight("SignedBinaryWeightPerTensorConst", "SignedBinaryWeightPerTensorConst", LINEAR),
-    act("SignedBinaryActPerTensorConst", "SignedBinaryActPerTensorConst", ACT_SHAPE, steps=3,
-        collect=0, spread=0.7),
+    act(
+        "SignedBinaryActPerTensorConst",
+        "SignedBinaryActPerTensorConst",
+        ACT_SHAPE,
+        steps=3,
+        collect=0,
+        spread=0.7,
+    ),
     weight("SignedTernaryWeightPerTensorConst", "SignedTernaryWeightPerTensorConst", CONV),
-    act("SignedTernaryActPerTensorConst", "SignedTernaryActPerTensorConst", ACT_SHAPE, steps=3,
-        collect=0, spread=0.7),
+    act(
+        "SignedTernaryActPerTensorConst",
+        "SignedTernaryActPerTensorConst",
+        ACT_SHAPE,
+        steps=3,
+        collect=0,
+        spread=0.7,
+    ),
     # ---- user compositions (by inheritance = attrs, or by let) ---------------------------------
-    weight("Int4WeightPerChannelFloat_linear", "Int8WeightPerChannelFloat", LINEAR,
-           attrs={"bit_width": 4}),
-    act("Int8ActPerChannelFloat_conv", "Int8ActPerTensorFloat", CONV_ACT_SHAPE,
-        attrs={"scaling_per_output_channel": True, "per_channel_broadcastable_shape": (1, 3, 1, 1),
-               "scaling_stats_permute_dims": (1, 0, 2, 3)}),
-    act("Int8ActPerTensorFloat_pot_let", "Int8ActPerTensorFloat", ACT_SHAPE,
-        let={"restrict_scaling_type": enum("RestrictValueType", "POWER_OF_TWO"),
-             "collect_stats_steps": 4},
-        collect=4),
-    weight("Int8WeightPerTensorFloat_pot_let", "Int8WeightPerTensorFloat", CONV,
-           let={"restrict_scaling_type": enum("RestrictValueType", "POWER_OF_TWO")}),
-    weight("Int8WeightPerTensorFloat_param_bit_width", "Int8WeightPerTensorFloat", CONV,
-           let={"bit_width_impl_type": enum("BitWidthImplType", "PARAMETER")}, steps=4),
-    act("Uint4ActPerTensorFloat_param_bit_width", "Uint8ActPerTensorFloat", ACT_SHAPE,
-        attrs={"bit_width": 4, "bit_width_impl_type": enum("BitWidthImplType", "PARAMETER"),
-               "collect_stats_steps": 5},
-        collect=5),
-    weight("Int8WeightPerChannelFloat_param_from_stats", "Int8WeightPerChannelFloat", CONV,
-           attrs={"scaling_impl_type": enum("ScalingImplType", "PARAMETER_FROM_STATS")}, steps=4),
-    weight("Int8WeightPerTensorFloat_param_const", "Int8WeightPerTensorFloat", LINEAR,
-           let={"scaling_impl_type": enum("ScalingImplType", "PARAMETER"), "scaling_const": 0.05},
-           steps=4),
-    act("Int8ActPerTensorFloat_p90_avg", "Int8ActPerTensorFloat", (4, 25),
+    weight(
+        "Int4WeightPerChannelFloat_linear",
+        "Int8WeightPerChannelFloat",
+        LINEAR,
+        attrs={"bit_width": 4},
+    ),
+    act(
+        "Int8ActPerChannelFloat_conv",
+        "Int8ActPerTensorFloat",
+        CONV_ACT_SHAPE,
+        attrs={
+            "scaling_per_output_channel": True,
+            "per_channel_broadcastable_shape": (1, 3, 1, 1),
+            "scaling_stats_permute_dims": (1, 0, 2, 3),
+        },
+    ),
+    act(
+        "Int8ActPerTensorFloat_pot_let",
+        "Int8ActPerTensorFloat",
+        ACT_SHAPE,
+        let={
+            "restrict_scaling_type": enum("RestrictValueType", "POWER_OF_TWO"),
+            "collect_stats_steps": 4,
+        },
+        collect=4,
+    ),
+    weight(
+        "Int8WeightPerTensorFloat_pot_let",
+        "Int8WeightPerTensorFloat",
+        CONV,
+        let={"restrict_scaling_type": enum("RestrictValueType", "POWER_OF_TWO")},
+    ),
+    weight(
+        "Int8WeightPerTensorFloat_param_bit_width",
+        "Int8WeightPerTensorFloat",
+        CONV,
+        let={"bit_width_impl_type": enum("BitWidthImplType", "PARAMETER")},
+        steps=4,
+    ),
+    act(
+        "Uint4ActPerTensorFloat_param_bit_width",
+        "Uint8ActPerTensorFloat",
+        ACT_SHAPE,
+        attrs={
+            "bit_width": 4,
+            "bit_width_impl_type": enum("BitWidthImplType", "PARAMETER"),
+            "collect_stats_steps": 5,
+        },
+        collect=5,
+    ),
+    weight(
+        "Int8WeightPerChannelFloat_param_from_stats",
+        "Int8WeightPerChannelFloat",
+        CONV,
+        attrs={"scaling_impl_type": enum("ScalingImplType", "PARAMETER_FROM_STATS")},
+        steps=4,
+    ),
+    weight(
+        "Int8WeightPerTensorFloat_param_const",
+        "Int8WeightPerTensorFloat",
+        LINEAR,
+        let={"scaling_impl_type": enum("ScalingImplType", "PARAMETER"), "scaling_const": 0.05},
+        steps=4,
+    ),
+    act(
+        "Int8ActPerTensorFloat_p90_avg",
+        "Int8ActPerTensorFloat",
+        (4, 25),
         let={"high_percentile_q": 90.0, "collect_stats_steps": 6, "scaling_stats_momentum": None},
-        collect=6),
+        collect=6,
+    ),
 ]
 
 
@@ -160,8 +265,10 @@ FLOAT64_COLLECT = 3  # collect_stats_steps of the float64 runtime-stats activati
 def uses_runtime_stats(spec: Dict[str, Any]) -> bool:
     """An activation quantizer whose scale starts from runtime statistics (Brevitas's
     ParameterFromRuntimeStatsScaling), read from the quantizer's own injector."""
-    return (spec["kind"] == "act" and
-            quantizer_class(spec).scaling_impl_type == benum.ScalingImplType.PARAMETER_FROM_STATS)
+    return (
+        spec["kind"] == "act"
+        and quantizer_class(spec).scaling_impl_type == benum.ScalingImplType.PARAMETER_FROM_STATS
+    )
 
 
 def float64_variant(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -174,7 +281,9 @@ def float64_variant(spec: Dict[str, Any]) -> Dict[str, Any]:
         variant.update(
             name=f"{spec['name']}_collect{FLOAT64_COLLECT}",
             let=dict(spec["let"], collect_stats_steps=FLOAT64_COLLECT),
-            steps=steps, eval_at=eval_points(FLOAT64_COLLECT, steps))
+            steps=steps,
+            eval_at=eval_points(FLOAT64_COLLECT, steps),
+        )
     return variant
 
 
@@ -190,8 +299,14 @@ def decode(value: Any) -> Any:
 def find_quantizer(name: str):
     # Some, e.g. Int8WeightPerChannelFixedPoint, are left out of their module's __all__ and so
     # are not re-exported by brevitas.quant.
-    for module in (bquant, bquant.scaled_int, bquant.fixed_point, bquant.shifted_scaled_int,
-                   bquant.binary, bquant.ternary):
+    for module in (
+        bquant,
+        bquant.scaled_int,
+        bquant.fixed_point,
+        bquant.shifted_scaled_int,
+        bquant.binary,
+        bquant.ternary,
+    ):
         if hasattr(module, name):
             return getattr(module, name)
     raise AttributeError(f"no Brevitas quantizer named {name}")
@@ -292,15 +407,19 @@ class Recorder:
             # an accumulator: integers on input_bit_width bits times a scale, plus its zero point
             ibw, signed = [(16, True), (12, False), (10, True), (20, True)][k]
             per_channel = k == 2
-            lo, hi = (-(2**(ibw - 1)), 2**(ibw - 1)) if signed else (0, 2**ibw)
+            lo, hi = (-(2 ** (ibw - 1)), 2 ** (ibw - 1)) if signed else (0, 2**ibw)
             ints = torch.randint(lo, hi, (2, 3, 4), generator=self.gen).to(self.dtype)
             sshape = (1, 3, 1) if per_channel else ()
             scale = torch.rand(sshape, generator=self.gen, dtype=self.dtype) * 0.1 + 0.01
-            zp = torch.tensor(0. if signed else float(2**(ibw - 1)), dtype=self.dtype)
+            zp = torch.tensor(0.0 if signed else float(2 ** (ibw - 1)), dtype=self.dtype)
             x = ((ints - zp) * scale).detach().requires_grad_()
-            return {"x": x, "scale": scale.requires_grad_(), "zero_point": zp.requires_grad_(),
-                    "input_bit_width": torch.tensor(float(ibw), dtype=self.dtype),
-                    "signed": signed}
+            return {
+                "x": x,
+                "scale": scale.requires_grad_(),
+                "zero_point": zp.requires_grad_(),
+                "input_bit_width": torch.tensor(float(ibw), dtype=self.dtype),
+                "signed": signed,
+            }
         # act: a drifting distribution so the statistics keep moving
         shape = self.spec["shape"]
         shift = 0.3 * math.sin(k / 7.0)
@@ -309,8 +428,9 @@ class Recorder:
     def eval_inputs(self) -> List[Dict[str, Any]]:
         kind = self.spec["kind"]
         if kind == "act":
-            return [{"x": self.randn(*self.spec["shape"], spread=self.spec["spread"])}
-                    for _ in range(2)]
+            return [
+                {"x": self.randn(*self.spec["shape"], spread=self.spec["spread"])} for _ in range(2)
+            ]
         return []  # parameter quantizers: evaluated on their current tensor, see eval_call
 
     def call(self, inputs: Dict[str, Any]):
@@ -319,8 +439,13 @@ class Recorder:
             return self.tq(inputs["x"])
         if kind == "bias":
             return self.tq(inputs["x"], inputs["input_scale"])
-        return self.tq(inputs["x"], inputs["scale"], inputs["zero_point"],
-                       inputs["input_bit_width"], inputs["signed"])
+        return self.tq(
+            inputs["x"],
+            inputs["scale"],
+            inputs["zero_point"],
+            inputs["input_bit_width"],
+            inputs["signed"],
+        )
 
     def eval_call(self) -> List[Any]:
         """Eval-mode outputs: on the fixed eval inputs (act) or the current tracked tensor."""
@@ -332,8 +457,9 @@ class Recorder:
             elif kind == "trunc":
                 outs = [self.call(self.step_in_for_eval)]
             elif kind == "bias":
-                outs = [self.call({"x": self.layer.bias,
-                                   "input_scale": BIAS_EVAL_SCALE.to(self.dtype)})]
+                outs = [
+                    self.call({"x": self.layer.bias, "input_scale": BIAS_EVAL_SCALE.to(self.dtype)})
+                ]
             else:
                 outs = [self.call({"x": self.tracked()})]
         self.tq.train()
@@ -350,7 +476,8 @@ class Recorder:
             self.step_in_for_eval = self.step_inputs(0)
             self.record["trunc_eval_input"] = {
                 k: snap(v) if isinstance(v, torch.Tensor) else v
-                for k, v in self.step_in_for_eval.items()}
+                for k, v in self.step_in_for_eval.items()
+            }
         if spec["kind"] == "bias":
             self.record["bias_eval_input_scale"] = BIAS_EVAL_SCALE.to(self.dtype, copy=True)
         self.record["fresh_eval"] = self.eval_call()
@@ -403,8 +530,9 @@ class Recorder:
         return self.record
 
 
-def record_all(specs: List[Dict[str, Any]], previous: Dict[str, Any],
-               only: Set[str]) -> Dict[str, Any]:
+def record_all(
+    specs: List[Dict[str, Any]], previous: Dict[str, Any], only: Set[str]
+) -> Dict[str, Any]:
     """Records the cases named in `only` (all when empty), keeps the others from `previous`."""
     cases = dict(previous) if only else {}
     for spec in specs:
@@ -429,11 +557,18 @@ def main() -> None:
     previous = torch.load(OUT_FILE) if only and os.path.exists(OUT_FILE) else {}
     cases = record_all(CASES, previous.get("cases", {}), only)
     cases64 = record_all(float64_cases, previous.get("cases_float64", {}), only)
-    golden = {"brevitas": brevitas.__version__, "torch": str(torch.__version__), "seed": SEED,
-              "cases": cases, "cases_float64": cases64}
+    golden = {
+        "brevitas": brevitas.__version__,
+        "torch": str(torch.__version__),
+        "seed": SEED,
+        "cases": cases,
+        "cases_float64": cases64,
+    }
     torch.save(golden, OUT_FILE)
-    print(f"wrote {OUT_FILE}: {os.path.getsize(OUT_FILE)} bytes, {len(cases)} float32 cases, "
-          f"{len(cases64)} float64 cases")
+    print(
+        f"wrote {OUT_FILE}: {os.path.getsize(OUT_FILE)} bytes, {len(cases)} float32 cases, "
+        f"{len(cases64)} float64 cases"
+    )
 
 
 if __name__ == "__main__":

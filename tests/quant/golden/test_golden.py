@@ -62,11 +62,14 @@ def _same_kind(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
     assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}, want a tensor"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, want {expected.dtype}"
     assert actual.shape == expected.shape, (
-        f"{what}: shape {tuple(actual.shape)}, want {tuple(expected.shape)}")
+        f"{what}: shape {tuple(actual.shape)}, want {tuple(expected.shape)}"
+    )
     return True
 
 
-def assert_exact(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str) -> None:
+def assert_exact(
+    actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str
+) -> None:
     if not _same_kind(actual, expected, what):
         return
     a = actual.detach()
@@ -75,28 +78,33 @@ def assert_exact(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor
         first = tuple(bad[0].tolist()) if bad.numel() else ()
         raise AssertionError(
             f"{what}: {len(bad)} of {expected.numel()} elements differ; first at {first}: "
-            f"got {a[first].item()!r}, want {expected[first].item()!r}")
+            f"got {a[first].item()!r}, want {expected[first].item()!r}"
+        )
 
 
-def assert_near(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str,
-                atol: float) -> None:
+def assert_near(
+    actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str, atol: float
+) -> None:
     if not _same_kind(actual, expected, what):
         return
     if torch.equal(actual.detach(), expected):  # the common case, and much cheaper
         return
-    torch.testing.assert_close(actual.detach(), expected, rtol=GRAD_RTOL, atol=atol,
-                               msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        actual.detach(), expected, rtol=GRAD_RTOL, atol=atol, msg=lambda m: f"{what}: {m}"
+    )
 
 
-def assert_grad_float64(actual: Optional[torch.Tensor], expected: Optional[torch.Tensor],
-                        what: str) -> None:
+def assert_grad_float64(
+    actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str
+) -> None:
     """Every element within GRAD_RTOL of Brevitas's, relative to that element, with no absolute
     slack: an exact zero (a clamped STE, a statistic's unused elements) must stay exactly zero.
     Observed differences are at most 5e-12 relative, so this does not hinge on summation order."""
     if not _same_kind(actual, expected, what):
         return
-    torch.testing.assert_close(actual.detach(), expected, rtol=GRAD_RTOL, atol=0.0,
-                               msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        actual.detach(), expected, rtol=GRAD_RTOL, atol=0.0, msg=lambda m: f"{what}: {m}"
+    )
 
 
 def sgd_atol_float64(lr: float, grad: Optional[torch.Tensor], value: torch.Tensor) -> float:
@@ -107,15 +115,19 @@ def sgd_atol_float64(lr: float, grad: Optional[torch.Tensor], value: torch.Tenso
     return lr * GRAD_RTOL * grad_max + EPS64 * value_max
 
 
-def assert_sgd_result_float64(actual: torch.Tensor, expected: torch.Tensor, what: str,
-                              atol: float) -> None:
+def assert_sgd_result_float64(
+    actual: torch.Tensor, expected: torch.Tensor, what: str, atol: float
+) -> None:
     if not _same_kind(actual, expected, what):
         return
-    torch.testing.assert_close(actual.detach(), expected, rtol=0.0, atol=atol,
-                               msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        actual.detach(), expected, rtol=0.0, atol=atol, msg=lambda m: f"{what}: {m}"
+    )
 
 
-def assert_outputs(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str) -> None:
+def assert_outputs(
+    actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str
+) -> None:
     assert len(actual) == len(expected), f"{what}: {len(actual)} outputs, want {len(expected)}"
     for name, a, e in zip(("value", "scale", "zero_point", "bit_width"), actual, expected):
         assert_exact(a, e, f"{what} {name}")
@@ -128,6 +140,7 @@ def decode(value: Any) -> Any:
     """Enum members are recorded as {"__enum__": class name, "name": member name}."""
     if isinstance(value, dict) and "__enum__" in value:
         from brevitas_cpp.inject import enum as cenum
+
         return getattr(cenum, value["__enum__"])[value["name"]]
     return value
 
@@ -170,8 +183,9 @@ class Replay:
         self.record = record
         self.spec = record["spec"]
         self.kind = self.spec["kind"]
-        self.layer = (make_layer(self.spec["layer"], record["layer_state"])
-                      if "layer" in self.spec else None)
+        self.layer = (
+            make_layer(self.spec["layer"], record["layer_state"]) if "layer" in self.spec else None
+        )
         self.tq = build_tensor_quant(self.spec, self.layer)
         dtype = getattr(torch, self.spec.get("dtype", "float32"))
         if dtype != torch.float32:
@@ -189,8 +203,13 @@ class Replay:
             return self.tq(inputs["x"])
         if self.kind == "bias":
             return self.tq(inputs["x"], inputs["input_scale"])
-        return self.tq(inputs["x"], inputs["scale"], inputs["zero_point"], inputs["input_bit_width"],
-                       inputs["signed"])
+        return self.tq(
+            inputs["x"],
+            inputs["scale"],
+            inputs["zero_point"],
+            inputs["input_bit_width"],
+            inputs["signed"],
+        )
 
     def step_inputs(self, k: int) -> Dict[str, Any]:
         steps = self.record["steps"]
@@ -239,8 +258,14 @@ class Replay:
                     inp["signed"] = bool(inp["signed"])
                     outs = [self.call(inp)]
                 elif self.kind == "bias":
-                    outs = [self.call({"x": self.tracked(),
-                                       "input_scale": self.record["bias_eval_input_scale"]})]
+                    outs = [
+                        self.call(
+                            {
+                                "x": self.tracked(),
+                                "input_scale": self.record["bias_eval_input_scale"],
+                            }
+                        )
+                    ]
                 else:
                     outs = [self.call({"x": self.tracked()})]
         finally:
@@ -254,11 +279,16 @@ class Replay:
             assert_outputs(a, e, f"{what} eval input {i}")
 
 
-def assert_state(actual: Dict[str, torch.Tensor], expected: Dict[str, torch.Tensor], what: str,
-                 learned_atol: Optional[float]) -> None:
+def assert_state(
+    actual: Dict[str, torch.Tensor],
+    expected: Dict[str, torch.Tensor],
+    what: str,
+    learned_atol: Optional[float],
+) -> None:
     """Keys equal; learned parameters (given learned_atol, after an SGD step) near, the rest exact."""
     assert sorted(actual) == sorted(expected), (
-        f"{what}: state_dict keys {sorted(actual)}, want {sorted(expected)}")
+        f"{what}: state_dict keys {sorted(actual)}, want {sorted(expected)}"
+    )
     for key, value in expected.items():
         if learned_atol is not None and actual[key].is_floating_point():
             assert_near(actual[key], value, f"{what} state_dict[{key!r}]", learned_atol)
@@ -339,7 +369,7 @@ def test_matches_brevitas(name: str) -> None:
         if opt is not None:
             opt.step()
             opt.zero_grad(set_to_none=True)
-        expected_state = {key[len("state:"):]: steps[key][k] for key in state_keys}
+        expected_state = {key[len("state:") :]: steps[key][k] for key in state_keys}
         expected_state = {n: v for n, v in expected_state.items() if v is not None}
         assert_state(plain_state(tq), expected_state, what + " after SGD", lr["param"] * atol)
         replay.sync_learned(expected_state)
@@ -395,8 +425,9 @@ def test_matches_brevitas_float64(name: str) -> None:
         for arg, value in inputs.items():
             if isinstance(value, torch.Tensor) and value.requires_grad:
                 assert_grad_float64(value.grad, steps["grad:" + arg][k], f"{what} d loss / d {arg}")
-        expected_grads = {pname: steps["grad:param:" + pname][k]
-                          for pname, _ in tq.named_parameters()}
+        expected_grads = {
+            pname: steps["grad:param:" + pname][k] for pname, _ in tq.named_parameters()
+        }
         for pname, p in tq.named_parameters():
             assert_grad_float64(p.grad, expected_grads[pname], f"{what} d loss / d {pname}")
         if replay.layer is not None:
@@ -405,7 +436,7 @@ def test_matches_brevitas_float64(name: str) -> None:
         if opt is not None:
             opt.step()
             opt.zero_grad(set_to_none=True)
-        expected_state = {key[len("state:"):]: steps[key][k] for key in state_keys}
+        expected_state = {key[len("state:") :]: steps[key][k] for key in state_keys}
         expected_state = {n: v for n, v in expected_state.items() if v is not None}
         actual_state = plain_state(tq)
         assert sorted(actual_state) == sorted(expected_state), f"{what}: state_dict keys"

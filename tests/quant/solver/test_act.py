@@ -12,22 +12,29 @@ from brevitas_cpp.core.scaling import (
     ParameterScaling,
     RuntimeStatsScaling,
 )
-from brevitas_cpp.quant.solver import ActQuantSolver, QuantizerSolveError
-from brevitas_cpp.quant.solver.act import ConvertRuntimeStatsToParameter, MinMaxScalingInit
 from brevitas_cpp.quant.base import (
     IntQuant,
     ParamFromRuntimePercentileScaling,
     PerTensorFloatScaling8bit,
 )
+from brevitas_cpp.quant.solver import ActQuantSolver, QuantizerSolveError
+from brevitas_cpp.quant.solver.act import ConvertRuntimeStatsToParameter, MinMaxScalingInit
 
 
 class A(IntQuant, ParamFromRuntimePercentileScaling, PerTensorFloatScaling8bit, ActQuantSolver):
     pass
 
 
-@pytest.mark.parametrize("impl_type, block", [
-    ("parameter", ParameterScaling), ("parameter_from_stats", ParameterFromRuntimeStatsScaling),
-    ("const", ConstScaling), ("stats", RuntimeStatsScaling), ("affine_stats", RuntimeStatsScaling)])
+@pytest.mark.parametrize(
+    "impl_type, block",
+    [
+        ("parameter", ParameterScaling),
+        ("parameter_from_stats", ParameterFromRuntimeStatsScaling),
+        ("const", ConstScaling),
+        ("stats", RuntimeStatsScaling),
+        ("affine_stats", RuntimeStatsScaling),
+    ],
+)
 def test_scaling_impl_per_type(impl_type, block):
     quant = A.let(scaling_impl_type=impl_type, min_val=-2.0, max_val=1.0)
     assert type(quant.tensor_quant.scaling_impl) is block
@@ -38,11 +45,14 @@ def test_he_init_is_for_weights_only():
         A.let(scaling_impl_type="he").scaling_impl
 
 
-@pytest.mark.parametrize("quant_type, block", [
-    ("int", RescalingIntQuant), ("binary", ClampedBinaryQuant), ("ternary", TernaryQuant)])
+@pytest.mark.parametrize(
+    "quant_type, block",
+    [("int", RescalingIntQuant), ("binary", ClampedBinaryQuant), ("ternary", TernaryQuant)],
+)
 def test_tensor_quant_per_quant_type(quant_type, block):
-    quant = A.let(quant_type=quant_type, scaling_impl_type="const", min_val=-1.0, max_val=1.0,
-                  threshold=0.5)
+    quant = A.let(
+        quant_type=quant_type, scaling_impl_type="const", min_val=-1.0, max_val=1.0, threshold=0.5
+    )
     assert type(quant.tensor_quant) is block
 
 
@@ -62,8 +72,11 @@ def test_min_max_init_is_the_larger_magnitude():
 
 
 def test_min_max_init_needs_both_bounds():
-    with pytest.raises(QuantizerSolveError, match=r"MinMaxScalingInit: min_val must be a number, "
-                                                  r"got None"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"MinMaxScalingInit: min_val must be a number, "
+        r"got None",
+    ):
         MinMaxScalingInit(None, 1.0)
 
 
@@ -87,8 +100,11 @@ def test_no_init_for_statistics():
 
 
 def test_per_channel_shape_comes_from_the_quantizer():
-    quant = A.let(scaling_per_output_channel=True, per_channel_broadcastable_shape=(1, 3, 1, 1),
-                  scaling_stats_permute_dims=(1, 0, 2, 3))
+    quant = A.let(
+        scaling_per_output_channel=True,
+        per_channel_broadcastable_shape=(1, 3, 1, 1),
+        scaling_stats_permute_dims=(1, 0, 2, 3),
+    )
     assert quant.scaling_shape == (1, 3, 1, 1)
     assert quant.scaling_per_output_channel_shape == (1, 3, 1, 1)
     assert quant.stats_reduce_dim == 1
@@ -99,13 +115,18 @@ def test_per_channel_shape_comes_from_the_quantizer():
 
 
 def test_per_channel_without_a_shape_is_an_error():
-    with pytest.raises(QuantizerSolveError, match=r"A: per-channel activation scaling needs "
-                                                  r"per_channel_broadcastable_shape"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"A: per-channel activation scaling needs "
+        r"per_channel_broadcastable_shape",
+    ):
         A.let(scaling_per_output_type="channel").scaling_shape
 
 
-@pytest.mark.parametrize("impl_type, has_hook", [
-    ("parameter", True), ("parameter_from_stats", True), ("stats", False), ("const", False)])
+@pytest.mark.parametrize(
+    "impl_type, has_hook",
+    [("parameter", True), ("parameter_from_stats", True), ("stats", False), ("const", False)],
+)
 def test_update_state_dict_impl(impl_type, has_hook):
     hook = A.let(scaling_impl_type=impl_type).update_state_dict_impl
     assert isinstance(hook, ConvertRuntimeStatsToParameter) == has_hook

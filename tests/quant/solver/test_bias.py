@@ -7,8 +7,8 @@ from torch import nn
 
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant import PrescaledRestrictIntQuant, RescalingIntQuant
-from brevitas_cpp.quant.solver import BiasQuantSolver, QuantizerSolveError
 from brevitas_cpp.quant.base import IntQuant, MaxStatsScaling, PerTensorFloatScaling8bit
+from brevitas_cpp.quant.solver import BiasQuantSolver, QuantizerSolveError
 
 
 class AccBias(IntQuant, BiasQuantSolver):
@@ -48,8 +48,10 @@ def test_bias_with_its_own_scale():
     assert torch.equal(y, torch.clamp(torch.round(b / s), -128.0, 127.0) * s)
 
 
-@pytest.mark.parametrize("layer, channels", [(nn.Linear(3, 5), 5), (nn.Conv2d(2, 4, 3), 4),
-                                             (nn.ConvTranspose2d(4, 6, 3, groups=2), 6)])
+@pytest.mark.parametrize(
+    "layer, channels",
+    [(nn.Linear(3, 5), 5), (nn.Conv2d(2, 4, 3), 4), (nn.ConvTranspose2d(4, 6, 3, groups=2), 6)],
+)
 def test_per_channel_bias_shape_from_the_layer(layer, channels):
     quant = on(OwnScaleBias, layer, scaling_per_output_type="channel")
     assert quant.scaling_shape == (channels,)
@@ -61,15 +63,21 @@ def test_per_channel_bias_shape_from_the_layer(layer, channels):
 def test_per_channel_bias_without_module_is_an_error():
     b = nn.Parameter(torch.randn(4))
     quant = OwnScaleBias.let(tracked_parameter_list=[b], scaling_per_output_type="channel")
-    with pytest.raises(QuantizerSolveError, match=r"OwnScaleBias: scaling_per_output_channel_shape"
-                                                  r" is inferred from the layer"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"OwnScaleBias: scaling_per_output_channel_shape"
+        r" is inferred from the layer",
+    ):
         quant.scaling_shape
 
 
 @pytest.mark.parametrize("quant_type", ["binary", "ternary"])
 def test_binary_and_ternary_biases_are_refused(quant_type):
-    with pytest.raises(QuantizerSolveError, match=rf"AccBias: quant_type={quant_type.upper()} is "
-                                                  r"not supported for biases; accepted: INT, FP"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=rf"AccBias: quant_type={quant_type.upper()} is "
+        r"not supported for biases; accepted: INT, FP",
+    ):
         AccBias.let(quant_type=quant_type).tensor_quant
 
 

@@ -54,19 +54,29 @@ class Rounding(SolveTensorQuantFloatToIntImplFromEnum):
     pass
 
 
-@pytest.mark.parametrize("setting, block", [
-    ("round", RoundSte), ("ROUND", RoundSte), ("floor", FloorSte), ("ceil", CeilSte),
-    ("round_to_zero", RoundToZeroSte), ("dpu", DPURoundSte)])
+@pytest.mark.parametrize(
+    "setting, block",
+    [
+        ("round", RoundSte),
+        ("ROUND", RoundSte),
+        ("floor", FloorSte),
+        ("ceil", CeilSte),
+        ("round_to_zero", RoundToZeroSte),
+        ("dpu", DPURoundSte),
+    ],
+)
 def test_float_to_int_impl_from_enum(setting, block):
     assert solve_float_to_int_impl_from_enum(setting) is block
     assert type(Rounding.let(float_to_int_impl_type=setting).float_to_int_impl) is block
 
 
 def test_float_to_int_impl_unknown_names_quantizer_attribute_and_choices():
-    with pytest.raises(QuantizerSolveError,
-                       match=r"Rounding: float_to_int_impl_type='nearest' is not a valid "
-                             r"FloatToIntImplType; accepted \(case-insensitive\): ROUND, CEIL, "
-                             r"FLOOR, ROUND_TO_ZERO, DPU"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"Rounding: float_to_int_impl_type='nearest' is not a valid "
+        r"FloatToIntImplType; accepted \(case-insensitive\): ROUND, CEIL, "
+        r"FLOOR, ROUND_TO_ZERO, DPU",
+    ):
         Rounding.let(float_to_int_impl_type="nearest").float_to_int_impl
 
 
@@ -81,9 +91,14 @@ class BitWidth(SolveBitWidthImplFromEnum, SolveDtypeDeviceFromTrackedParameterLi
     tracked_parameter_list = []
 
 
-@pytest.mark.parametrize("setting, block", [
-    ("const", BitWidthConst), ("parameter", BitWidthParameter),
-    ("stateful_const", BitWidthStatefulConst)])
+@pytest.mark.parametrize(
+    "setting, block",
+    [
+        ("const", BitWidthConst),
+        ("parameter", BitWidthParameter),
+        ("stateful_const", BitWidthStatefulConst),
+    ],
+)
 def test_bit_width_impl_from_enum(setting, block):
     assert solve_bit_width_impl_from_enum(setting) is block
     impl = BitWidth.let(bit_width_impl_type=setting).bit_width_impl
@@ -104,8 +119,11 @@ def test_bit_width_must_be_an_int_of_at_least_one(bad):
 
 
 def test_bit_width_impl_unknown_type():
-    with pytest.raises(QuantizerSolveError, match=r"bit_width_impl_type='learned' is not a valid "
-                                                  r"BitWidthImplType"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"bit_width_impl_type='learned' is not a valid "
+        r"BitWidthImplType",
+    ):
         BitWidth.let(bit_width_impl_type="learned").bit_width_impl
 
 
@@ -114,9 +132,14 @@ class Restrict(SolveRestrictScalingImplFromEnum, SolveIntScalingImplFromEnum):
     signed = True
 
 
-@pytest.mark.parametrize("setting, restrict, int_scaling", [
-    ("fp", FloatRestrictValue, IntScaling), ("log_fp", LogFloatRestrictValue, IntScaling),
-    ("power_of_two", PowerOfTwoRestrictValue, PowerOfTwoIntScaling)])
+@pytest.mark.parametrize(
+    "setting, restrict, int_scaling",
+    [
+        ("fp", FloatRestrictValue, IntScaling),
+        ("log_fp", LogFloatRestrictValue, IntScaling),
+        ("power_of_two", PowerOfTwoRestrictValue, PowerOfTwoIntScaling),
+    ],
+)
 def test_restrict_and_int_scaling_from_enum(setting, restrict, int_scaling):
     quant = Restrict.let(restrict_scaling_type=setting)
     assert solve_restrict_value_impl_from_enum(setting) is restrict
@@ -130,21 +153,33 @@ def test_int_scaling_thresholds():
     assert float(Restrict.let(restrict_scaling_type="fp").int_scaling_impl(bw)) == 127.0
     wide = Restrict.let(restrict_scaling_type="fp", narrow_range=False)
     assert float(wide.int_scaling_impl(bw)) == 128.0
-    assert float(Restrict.let(restrict_scaling_type="fp", narrow_range=False,
-                              signed=False).int_scaling_impl(bw)) == 255.0
+    assert (
+        float(
+            Restrict.let(
+                restrict_scaling_type="fp", narrow_range=False, signed=False
+            ).int_scaling_impl(bw)
+        )
+        == 255.0
+    )
     assert float(Restrict.let(restrict_scaling_type="power_of_two").int_scaling_impl(bw)) == 128.0
 
 
 def test_int_restriction_is_not_a_scale_restriction():
-    with pytest.raises(QuantizerSolveError, match=r"Restrict: restrict_scaling_type=INT is not "
-                                                  r"supported for scale factors"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"Restrict: restrict_scaling_type=INT is not "
+        r"supported for scale factors",
+    ):
         Restrict.let(restrict_scaling_type="int").restrict_scaling_impl
     with pytest.raises(QuantizerSolveError, match=r"restrict_scaling_type=INT"):
         Restrict.let(restrict_scaling_type="int").int_scaling_impl
 
 
-class Stats(SolveScalingStatsOpFromEnum, SolveStatsReduceDimFromEnum,
-            SolveScalingStatsInputViewShapeImplFromEnum):
+class Stats(
+    SolveScalingStatsOpFromEnum,
+    SolveStatsReduceDimFromEnum,
+    SolveScalingStatsInputViewShapeImplFromEnum,
+):
     high_percentile_q = 99.0
     low_percentile_q = 1.0
     sigma = 2.0
@@ -152,10 +187,17 @@ class Stats(SolveScalingStatsOpFromEnum, SolveStatsReduceDimFromEnum,
     scaling_stats_permute_dims = None  # Brevitas requires it for a per-channel view
 
 
-@pytest.mark.parametrize("op, block", [
-    ("max", AbsMax), ("ave", AbsAve), ("mean_sigma_std", MeanSigmaStd),
-    ("percentile", AbsPercentile), ("min_max", AbsMinMax),
-    ("percentile_interval", PercentileInterval)])
+@pytest.mark.parametrize(
+    "op, block",
+    [
+        ("max", AbsMax),
+        ("ave", AbsAve),
+        ("mean_sigma_std", MeanSigmaStd),
+        ("percentile", AbsPercentile),
+        ("min_max", AbsMinMax),
+        ("percentile_interval", PercentileInterval),
+    ],
+)
 def test_stats_op_from_enum(op, block):
     assert type(Stats.let(scaling_stats_op=op).scaling_stats_impl) is block
 
@@ -176,8 +218,10 @@ def test_unknown_stats_op():
         Stats.let(scaling_stats_op="median").scaling_stats_impl
 
 
-@pytest.mark.parametrize("per_output, reduce_dim, view", [
-    ("tensor", None, OverTensorView), ("channel", 1, OverOutputChannelView)])
+@pytest.mark.parametrize(
+    "per_output, reduce_dim, view",
+    [("tensor", None, OverTensorView), ("channel", 1, OverOutputChannelView)],
+)
 def test_reduce_dim_and_view_follow_granularity(per_output, reduce_dim, view):
     quant = Stats.let(scaling_stats_op="max", scaling_per_output_type=per_output)
     assert quant.stats_reduce_dim == reduce_dim
@@ -187,8 +231,11 @@ def test_reduce_dim_and_view_follow_granularity(per_output, reduce_dim, view):
 
 
 def test_per_channel_view_takes_the_stats_permutation():
-    quant = Stats.let(scaling_stats_op="max", scaling_per_output_type="channel",
-                      scaling_stats_permute_dims=(1, 0, 2, 3))
+    quant = Stats.let(
+        scaling_stats_op="max",
+        scaling_per_output_type="channel",
+        scaling_stats_permute_dims=(1, 0, 2, 3),
+    )
     view = quant.scaling_stats_input_view_shape_impl
     x = torch.arange(24.0).reshape(2, 3, 2, 2)
     assert torch.equal(view(x), x.permute(1, 0, 2, 3).reshape(3, -1))
@@ -196,21 +243,31 @@ def test_per_channel_view_takes_the_stats_permutation():
 
 def test_older_boolean_flag_wins_over_per_output_type():
     assert Stats.let(scaling_per_output_channel=True).scaling_per_output == "channel"
-    assert Stats.let(scaling_per_output_type="channel",
-                     scaling_per_output_channel=False).scaling_per_output == "tensor"
+    assert (
+        Stats.let(
+            scaling_per_output_type="channel", scaling_per_output_channel=False
+        ).scaling_per_output
+        == "tensor"
+    )
     assert Stats.let(scaling_per_output_type="Channel").scaling_per_output == "channel"
 
 
 def test_per_group_scaling_is_refused():
-    with pytest.raises(QuantizerSolveError, match=r"Stats: scaling_per_output_type=GROUP "
-                                                  r"\(per-group scaling\) is not supported"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"Stats: scaling_per_output_type=GROUP "
+        r"\(per-group scaling\) is not supported",
+    ):
         Stats.let(scaling_per_output_type="group").scaling_per_output
 
 
 def test_unknown_granularity():
-    with pytest.raises(QuantizerSolveError, match=r"scaling_per_output_type='row' is not a valid "
-                                                  r"ScalingPerOutputType; accepted "
-                                                  r"\(case-insensitive\): TENSOR, CHANNEL, GROUP"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"scaling_per_output_type='row' is not a valid "
+        r"ScalingPerOutputType; accepted "
+        r"\(case-insensitive\): TENSOR, CHANNEL, GROUP",
+    ):
         Stats.let(scaling_per_output_type="row").scaling_per_output
 
 
@@ -220,8 +277,10 @@ class Affine(SolveAffineRescalingFromEnum, SolveIntQuantFromEnum):
     input_view_impl = torch.nn.Identity()
 
 
-@pytest.mark.parametrize("impl_type, expected", [
-    ("stats", False), ("affine_stats", True), ("const", None), ("parameter", None)])
+@pytest.mark.parametrize(
+    "impl_type, expected",
+    [("stats", False), ("affine_stats", True), ("const", None), ("parameter", None)],
+)
 def test_affine_rescaling(impl_type, expected):
     assert Affine.let(scaling_impl_type=impl_type).affine_rescaling is expected
 

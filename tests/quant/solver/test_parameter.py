@@ -29,8 +29,9 @@ def test_he_init_averages_sqrt_two_over_fan_in():
 
 
 def test_he_init_needs_a_parameter():
-    with pytest.raises(QuantizerSolveError,
-                       match=r"HeScalingInit: tracked_parameter_list is empty"):
+    with pytest.raises(
+        QuantizerSolveError, match=r"HeScalingInit: tracked_parameter_list is empty"
+    ):
         HeScalingInit([])
 
 
@@ -73,15 +74,21 @@ class Clamp(SolveParameterTensorClampImplFromEnum):
 
 
 @pytest.mark.parametrize("bit_width_impl_type", ["const", "parameter", "stateful_const"])
-@pytest.mark.parametrize("scaling_impl_type",
-                         ["he", "const", "stats", "affine_stats", "parameter",
-                          "parameter_from_stats"])
-def test_clamp_masks_the_gradient_when_scale_or_bit_width_is_learned(bit_width_impl_type,
-                                                                     scaling_impl_type):
-    learned = (bit_width_impl_type == "parameter"
-               or scaling_impl_type in ("affine_stats", "parameter", "parameter_from_stats"))
-    impl = Clamp.let(bit_width_impl_type=bit_width_impl_type,
-                     scaling_impl_type=scaling_impl_type).tensor_clamp_impl
+@pytest.mark.parametrize(
+    "scaling_impl_type",
+    ["he", "const", "stats", "affine_stats", "parameter", "parameter_from_stats"],
+)
+def test_clamp_masks_the_gradient_when_scale_or_bit_width_is_learned(
+    bit_width_impl_type, scaling_impl_type
+):
+    learned = bit_width_impl_type == "parameter" or scaling_impl_type in (
+        "affine_stats",
+        "parameter",
+        "parameter_from_stats",
+    )
+    impl = Clamp.let(
+        bit_width_impl_type=bit_width_impl_type, scaling_impl_type=scaling_impl_type
+    ).tensor_clamp_impl
     assert type(impl) is (TensorClamp if learned else TensorClampSte)
 
 
@@ -95,8 +102,11 @@ def test_no_scaling_impl_type_means_no_scale():
 
 
 def test_unknown_scaling_impl_type():
-    with pytest.raises(QuantizerSolveError, match=r"Scaling: scaling_impl_type='learned' is not a "
-                                                  r"valid ScalingImplType"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"Scaling: scaling_impl_type='learned' is not a "
+        r"valid ScalingImplType",
+    ):
         Scaling.let(scaling_impl_type="learned").scaling_impl
 
 

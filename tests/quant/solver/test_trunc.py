@@ -7,8 +7,8 @@ import torch
 from brevitas_cpp.core.function_wrapper import FloorSte, RoundSte
 from brevitas_cpp.core.quant import TruncIntQuant
 from brevitas_cpp.core.scaling import PowerOfTwoIntScaling, TruncMsbScaling, TruncScalingWrapper
-from brevitas_cpp.quant.solver import QuantizerSolveError, TruncQuantSolver
 from brevitas_cpp.quant.base import ParamFromRuntimePercentileScaling, PerTensorPoTScaling8bit
+from brevitas_cpp.quant.solver import QuantizerSolveError, TruncQuantSolver
 
 
 class T(TruncQuantSolver):
@@ -46,23 +46,31 @@ def test_wrapper_scaling_uses_power_of_two_integer_scaling():
 
 
 def test_wrapper_needs_power_of_two_scaling():
-    message = (r"T: restrict_scaling_type=FP is not supported for truncation scaling; "
-               r"accepted: POWER_OF_TWO")
+    message = (
+        r"T: restrict_scaling_type=FP is not supported for truncation scaling; "
+        r"accepted: POWER_OF_TWO"
+    )
     with pytest.raises(QuantizerSolveError, match=message):
         T.let(restrict_scaling_type="fp").trunc_int_scaling_impl
 
 
 @pytest.mark.parametrize("quant_type", ["binary", "ternary"])
 def test_only_int_truncation(quant_type):
-    with pytest.raises(QuantizerSolveError, match=rf"T: quant_type={quant_type.upper()} is not "
-                                                  r"supported for truncation"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=rf"T: quant_type={quant_type.upper()} is not "
+        r"supported for truncation",
+    ):
         T.let(quant_type=quant_type).tensor_quant
 
 
 def test_unknown_trunc_scaling_type():
-    with pytest.raises(QuantizerSolveError, match=r"T: trunc_scaling_impl_type='lsb' is not a "
-                                                  r"valid TruncScalingImplType; accepted "
-                                                  r"\(case-insensitive\): MSB, WRAPPER"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"T: trunc_scaling_impl_type='lsb' is not a "
+        r"valid TruncScalingImplType; accepted "
+        r"\(case-insensitive\): MSB, WRAPPER",
+    ):
         T.let(trunc_scaling_impl_type="lsb").trunc_scaling_impl
 
 

@@ -19,8 +19,8 @@ from brevitas_cpp.core.scaling import (
     ParameterScaling,
     StatsFromParameterScaling,
 )
-from brevitas_cpp.quant.solver import QuantizerSolveError, WeightQuantSolver
 from brevitas_cpp.quant.base import MaxStatsScaling, NarrowIntQuant, PerChannelFloatScaling8bit
+from brevitas_cpp.quant.solver import QuantizerSolveError, WeightQuantSolver
 
 
 class PerChannelW(NarrowIntQuant, MaxStatsScaling, PerChannelFloatScaling8bit, WeightQuantSolver):
@@ -31,14 +31,17 @@ def on(quant, layer, **kwargs):
     return quant.let(module=layer, tracked_parameter_list=[layer.weight], **kwargs)
 
 
-@pytest.mark.parametrize("layer, shape, channel_dim", [
-    (nn.Conv2d(3, 4, 3), (4, 1, 1, 1), 0),
-    (nn.Conv1d(3, 5, 2), (5, 1, 1), 0),
-    (nn.Linear(6, 7), (7, 1), 0),
-    (nn.ConvTranspose2d(4, 6, 3), (1, 6, 1, 1), 1),
-    # Grouped transposed conv: weight [4, 6 / 2, 3], one scale per slice of its dim 1.
-    (nn.ConvTranspose1d(4, 6, 3, groups=2), (1, 3, 1), 1),
-])
+@pytest.mark.parametrize(
+    "layer, shape, channel_dim",
+    [
+        (nn.Conv2d(3, 4, 3), (4, 1, 1, 1), 0),
+        (nn.Conv1d(3, 5, 2), (5, 1, 1), 0),
+        (nn.Linear(6, 7), (7, 1), 0),
+        (nn.ConvTranspose2d(4, 6, 3), (1, 6, 1, 1), 1),
+        # Grouped transposed conv: weight [4, 6 / 2, 3], one scale per slice of its dim 1.
+        (nn.ConvTranspose1d(4, 6, 3, groups=2), (1, 3, 1), 1),
+    ],
+)
 def test_per_channel_shape_from_plain_torch_layers(layer, shape, channel_dim):
     quant = on(PerChannelW, layer)
     assert quant.output_channel_dim == channel_dim
@@ -82,17 +85,23 @@ def test_shared_quantizer_over_a_tuple_of_layers():
 def test_tuple_of_layers_that_disagree_is_an_error():
     a, b = nn.Conv2d(3, 4, 3), nn.Conv2d(3, 5, 3)
     quant = PerChannelW.let(module=(a, b), tracked_parameter_list=[a.weight, b.weight])
-    with pytest.raises(QuantizerSolveError, match=r"PerChannelW: the layers sharing this "
-                                                  r"quantizer disagree on the number of output "
-                                                  r"channels: \[4, 5\]"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"PerChannelW: the layers sharing this "
+        r"quantizer disagree on the number of output "
+        r"channels: \[4, 5\]",
+    ):
         quant.scaling_shape
 
 
 def test_per_channel_without_module_is_an_error():
     w = nn.Parameter(torch.randn(4, 3))
     quant = PerChannelW.let(tracked_parameter_list=[w])
-    with pytest.raises(QuantizerSolveError, match=r"PerChannelW: .* no `module` was given "
-                                                  r"\(per-channel scaling needs the layer"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=r"PerChannelW: .* no `module` was given "
+        r"\(per-channel scaling needs the layer",
+    ):
         quant.tensor_quant
 
 
@@ -111,10 +120,17 @@ def test_dtype_follows_the_weight():
     assert y.dtype == scale.dtype == zero_point.dtype == bit_width.dtype == torch.float64
 
 
-@pytest.mark.parametrize("impl_type, block", [
-    ("stats", StatsFromParameterScaling), ("affine_stats", StatsFromParameterScaling),
-    ("parameter_from_stats", ParameterFromStatsFromParameterScaling),
-    ("parameter", ParameterScaling), ("const", ConstScaling), ("he", ConstScaling)])
+@pytest.mark.parametrize(
+    "impl_type, block",
+    [
+        ("stats", StatsFromParameterScaling),
+        ("affine_stats", StatsFromParameterScaling),
+        ("parameter_from_stats", ParameterFromStatsFromParameterScaling),
+        ("parameter", ParameterScaling),
+        ("const", ConstScaling),
+        ("he", ConstScaling),
+    ],
+)
 def test_scaling_impl_per_type(impl_type, block):
     layer = nn.Conv2d(2, 3, 2)
     quant = on(PerChannelW, layer, scaling_impl_type=impl_type, scaling_const=0.5)
@@ -125,11 +141,24 @@ def test_tensor_quant_per_quant_type():
     layer = nn.Linear(3, 2)
     assert type(on(PerChannelW, layer).tensor_quant) is RescalingIntQuant
     assert on(PerChannelW, layer, quant_type="fp").tensor_quant is None
-    binary = on(PerChannelW, layer, quant_type="binary", scaling_impl_type="const",
-                scaling_const=0.5, scaling_per_output_type="tensor").tensor_quant
+    binary = on(
+        PerChannelW,
+        layer,
+        quant_type="binary",
+        scaling_impl_type="const",
+        scaling_const=0.5,
+        scaling_per_output_type="tensor",
+    ).tensor_quant
     assert type(binary) is BinaryQuant
-    ternary = on(PerChannelW, layer, quant_type="ternary", scaling_impl_type="const",
-                 scaling_const=0.5, scaling_per_output_type="tensor", threshold=0.5).tensor_quant
+    ternary = on(
+        PerChannelW,
+        layer,
+        quant_type="ternary",
+        scaling_impl_type="const",
+        scaling_const=0.5,
+        scaling_per_output_type="tensor",
+        threshold=0.5,
+    ).tensor_quant
     assert type(ternary) is TernaryQuant
 
 
@@ -137,15 +166,20 @@ def test_tensor_quant_per_quant_type():
 def test_unsigned_binary_or_ternary_is_an_error(quant_type):
     layer = nn.Linear(3, 2)
     quant = on(PerChannelW, layer, quant_type=quant_type, signed=False)
-    with pytest.raises(QuantizerSolveError, match=rf"PerChannelW: quant_type={quant_type.upper()} "
-                                                  r"is always signed, but the quantizer sets "
-                                                  r"signed=False"):
+    with pytest.raises(
+        QuantizerSolveError,
+        match=rf"PerChannelW: quant_type={quant_type.upper()} "
+        r"is always signed, but the quantizer sets "
+        r"signed=False",
+    ):
         quant.tensor_quant
 
 
 def test_unknown_quant_type():
-    message = (r"PerChannelW: quant_type='float' is not a valid QuantType; accepted "
-               r"\(case-insensitive\): BINARY, TERNARY, INT, FP")
+    message = (
+        r"PerChannelW: quant_type='float' is not a valid QuantType; accepted "
+        r"\(case-insensitive\): BINARY, TERNARY, INT, FP"
+    )
     with pytest.raises(QuantizerSolveError, match=message):
         on(PerChannelW, nn.Linear(2, 2), quant_type="float").tensor_quant
 

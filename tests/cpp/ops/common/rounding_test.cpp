@@ -4,9 +4,9 @@
 #ifndef CPU_CAPABILITY
 #define CPU_CAPABILITY DEFAULT
 #endif
+#include "ops/common/rounding.h"
 #include "ops/common/bit_width_value.h"
 #include "ops/common/quant_math.h"
-#include "ops/common/rounding.h"
 
 #include <gtest/gtest.h>
 
@@ -25,8 +25,13 @@ bool same_bits(T a, T b) {
 }
 
 std::vector<double> probe_values() {
-  std::vector<double> v{0.0, -0.0, 1e6, -1e6, std::numeric_limits<double>::infinity(),
-                        -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+  std::vector<double> v{0.0,
+                        -0.0,
+                        1e6,
+                        -1e6,
+                        std::numeric_limits<double>::infinity(),
+                        -std::numeric_limits<double>::infinity(),
+                        std::numeric_limits<double>::quiet_NaN()};
   for (int k = -9; k <= 9; ++k) {
     for (double f : {0.0, 0.25, 0.5, 0.75, 0.4999, 0.5001}) v.push_back(k + f);
   }
@@ -44,8 +49,8 @@ void expect_vector_matches_scalar() {
     vec_math::round_as<M, T>(V::loadu(in)).store(out);
     for (int64_t j = 0; j < n; ++j) {
       EXPECT_TRUE(same_bits(out[j], scalar_math::round_as<M>(in[j])))
-          << rounding_mode_name(M) << " of " << static_cast<double>(in[j]) << ": vector "
-          << static_cast<double>(out[j]) << ", scalar " << static_cast<double>(scalar_math::round_as<M>(in[j]));
+          << rounding_mode_name(M) << " of " << static_cast<double>(in[j]) << ": vector " << static_cast<double>(out[j])
+          << ", scalar " << static_cast<double>(scalar_math::round_as<M>(in[j]));
     }
   }
 }

@@ -18,6 +18,7 @@ from brevitas_cpp.function.shape import accumulator_channel_dim, accumulator_sca
 from brevitas_cpp.proxy.quant_proxy import (
     QuantProxyFromInjector,
     QuantProxyProtocol,
+    RetrievedMetadata,
     wraps_quant_tuple,
 )
 from brevitas_cpp.proxy.script import QuantTuple, as_quant_tuple, script_error
@@ -233,21 +234,12 @@ class BiasQuantProxyFromInjectorBase(ParameterQuantProxyFromInjector, BiasQuantP
         return getattr(self._cached_bias, attr)
 
 
-class WeightQuantProxyFromInjector(WeightQuantProxyFromInjectorBase):
+class WeightQuantProxyFromInjector(RetrievedMetadata, WeightQuantProxyFromInjectorBase):
     """Quantizes the weight it is given (the tracked layer's) and returns an IntQuantTensor."""
 
     def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
         super().__init__(quant_layer, quant_injector)
         self.cache_class = _CachedIO
-
-    def scale(self) -> Optional[Tensor]:
-        return self.retrieve_attribute("scale")
-
-    def zero_point(self) -> Optional[Tensor]:
-        return self.retrieve_attribute("zero_point")
-
-    def bit_width(self) -> Optional[Tensor]:
-        return self.retrieve_attribute("bit_width")
 
     def create_quant_tensor(self, qt_args: Tuple[Any, ...]) -> IntQuantTensor:
         return IntQuantTensor(*qt_args, self.is_signed, self.training)

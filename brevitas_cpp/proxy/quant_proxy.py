@@ -325,6 +325,20 @@ class QuantProxyFromInjector(
             unexpected_keys.remove(zero_hw_sentinel_key)
 
 
+class RetrievedMetadata:
+    """scale(), zero_point() and bit_width() of a proxy that reads them with
+    ``retrieve_attribute`` (the weight proxies and truncation)."""
+
+    def scale(self) -> Optional[torch.Tensor]:
+        return self.retrieve_attribute("scale")
+
+    def zero_point(self) -> Optional[torch.Tensor]:
+        return self.retrieve_attribute("zero_point")
+
+    def bit_width(self) -> Optional[torch.Tensor]:
+        return self.retrieve_attribute("bit_width")
+
+
 def _placement(module: nn.Module) -> Optional[Tuple[torch.device, Optional[torch.dtype]]]:
     """The device of a module's tensors and the dtype of its floating ones (None: no tensors)."""
     tensors = [*module.parameters(), *module.buffers()]

@@ -12,6 +12,7 @@ from brevitas_cpp import jit
 from brevitas_cpp.proxy.quant_proxy import (
     QuantProxyFromInjector,
     QuantProxyProtocol,
+    RetrievedMetadata,
     wraps_quant_tuple,
 )
 from brevitas_cpp.proxy.script import QuantTuple, script_error
@@ -245,7 +246,7 @@ class DynamicActQuantProxyFromInjector(ActQuantProxyFromInjector):
         )
 
 
-class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol):
+class TruncQuantProxyFromInjector(RetrievedMetadata, QuantProxyFromInjector, AccQuantProxyProtocol):
     """Requantizes an IntQuantTensor (an accumulator) to fewer bits. The sign is the input's;
     scale()/zero_point()/bit_width() are those of the last output produced in eval."""
 
@@ -266,15 +267,6 @@ class TruncQuantProxyFromInjector(QuantProxyFromInjector, AccQuantProxyProtocol)
     def is_narrow_range(self) -> bool:
         narrow_range = super().is_narrow_range
         return narrow_range if narrow_range is not None else False
-
-    def scale(self) -> Optional[Tensor]:
-        return self.retrieve_attribute("scale")
-
-    def zero_point(self) -> Optional[Tensor]:
-        return self.retrieve_attribute("zero_point")
-
-    def bit_width(self) -> Optional[Tensor]:
-        return self.retrieve_attribute("bit_width")
 
     def __prepare_scriptable__(self) -> "TruncQuantProxyFromInjector":
         if self.is_quant_enabled:

@@ -17,6 +17,7 @@ TorchScript quantizer blocks). Everything is written under --out (default ./out)
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -157,6 +158,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "a busy 2-core machine 2 threads made a QAT epoch 9x slower)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.add_argument(
+        "--auto",
+        action="store_true",
+        help="also quantize the float CNN automatically (brevitas_cpp.graph.Quantizer, the same "
+        "settings as the hand-built model) and train it the same way",
+    )
     parser.add_argument(
         "--device",
         default="cpu",
@@ -300,6 +307,28 @@ def quant_net(qnn, bits: BitConfig, collect_stats_steps: int) -> nn.Module:
             return self.fc(torch.flatten(x, 1))
 
     return QuantNet()
+
+
+def auto_quant_net(float_model: nn.Module, bits: BitConfig, collect_stats_steps: int) -> nn.Module:
+    """quant_net's settings, applied by brevitas_cpp.graph.Quantizer to a copy of the float
+    model: every conv, linear and ReLU replaced in place, the input quantizer on conv1."""
+    from brevitas_cpp.graph import Quantizer
+    from brevitas_cpp.quant import Int8WeightPerChannelFloat, Uint8ActPerTensorFloat
+
+    input_quant = dict(
+        input_quant=Uint8ActPerTensorFloat,
+        input_bit_width=bits.act_bits,
+        input_collect_stats_steps=collect_stats_steps,
+    )
+    quantizer = Quantizer(
+        copy.deepcopy(float_model),
+        bits_weights=bits.weight_bits,
+        bits_activations=bits.act_bits,
+        overrides={"conv1": input_quant},
+        weight_kwargs=dict(weight_quant=Int8WeightPerChannelFloat),
+        act_kwargs=dict(collect_stats_steps=collect_stats_steps),
+    )
+    return quantizer.prepare_model()
 
 
 def size_bits(model: nn.Module, weight_bits: int) -> int:
@@ -509,26 +538,32 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     calibration_steps = math.ceil(len(data.y_train) / BATCH_SIZE)  # one pass over the data
     results: List[RunResult] = []
     exports: Dict[str, Dict[str, object]] = {}
-    for bits in args.bits:
+    runs = [(bits, False) for bits in args.bits]
+    if args.auto:
+        runs = [(bits, auto) for bits in args.bits for auto in (False, True)]
+    for bits, auto in runs:
         torch.manual_seed(args.seed)
-        model = quant_net(qnn, bits, calibration_steps).to(device)
-        # A plain float state_dict loads strictly: the quantizers add no required keys.
-        model.load_state_dict(float_state)
+        if auto:
+            model = auto_quant_net(float_model, bits, calibration_steps).to(device)
+        else:
+            model = quant_net(qnn, bits, calibration_steps).to(device)
+            # A plain float state_dict loads strictly: the quantizers add no required keys.
+            model.load_state_dict(float_state)
+        name = f"{bits.name} auto" if auto else bits.name
         calibrate(model, data, calibration_steps, seed=args.seed)
         ptq_acc = accuracy(model, data.x_test, data.y_test)
         qat_acc, qat_times = train(
-            model, data, args.epochs, lr=1e-3, desc=bits.name, progress=progress, seed=args.seed + 1
+            model, data, args.epochs, lr=1e-3, desc=name, progress=progress, seed=args.seed + 1
         )
-        result = RunResult(
-            bits.name, [ptq_acc, *qat_acc], qat_times, size_bits(model, bits.weight_bits)
-        )
+        result = RunResult(name, [ptq_acc, *qat_acc], qat_times, size_bits(model, bits.weight_bits))
         results.append(result)
         print(
-            f"{bits.name}: test accuracy {ptq_acc:.2f}% after calibration, "
+            f"{name}: test accuracy {ptq_acc:.2f}% after calibration, "
             f"{result.accuracy:.2f}% after {args.epochs} QAT epochs"
         )
-        exports[bits.name] = export_and_check(
-            model, data.x_test, args.out / f"qat_digits_{bits.name.lower()}.pt"
+        file_name = name.lower().replace(" ", "_")
+        exports[name] = export_and_check(
+            model, data.x_test, args.out / f"qat_digits_{file_name}.pt"
         )
 
     report = table(results, float_result)

@@ -1,6 +1,6 @@
 """Dependencies between the packages run one way, top to bottom:
 
-    nn -> quant (quantizers and their solvers, which name the proxies) -> proxy
+    graph -> nn -> quant (quantizers and their solvers, which name the proxies) -> proxy
        -> quant_tensor, core (side by side) -> inject -> function -> the leaf modules
 
 Each package is imported, with all its modules, in a fresh interpreter in which importing a
@@ -19,6 +19,7 @@ import brevitas_cpp
 
 # rank: higher imports lower, never the reverse or sideways.
 RANKS = {
+    "graph": 7,
     "nn": 6,
     "quant": 5,
     "proxy": 4,

@@ -1,0 +1,22 @@
+"""Automatic quantization of float models (Brevitas's brevitas.graph; Distiller's Quantizer).
+
+``Quantizer(model, ...).prepare_model()`` replaces the float modules of a model by their
+brevitas_cpp.nn counterparts in place, keeping module names and the float weights (the same
+Parameter objects), with bit widths and Brevitas keywords per module from ordered name patterns
+(the first match wins). ``Quantizer.from_config`` reads the same settings from a JSON or YAML
+file. This package sits above nn, quant and proxy and nothing imports it.
+"""
+
+from brevitas_cpp.graph.config import load_config
+from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
+from brevitas_cpp.graph.quantizer import Quantizer
+from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
+
+__all__ = [
+    "LayerSettings",
+    "OverrideTable",
+    "Quantizer",
+    "ReplacementFactory",
+    "default_replacement_factory",
+    "load_config",
+]

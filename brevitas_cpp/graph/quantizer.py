@@ -1,0 +1,211 @@
+"""Distiller's Quantizer on brevitas_cpp.nn: walk a float model and replace its modules in place.
+
+``prepare_model()`` visits ``model.named_modules()`` in order; a module whose exact type is in
+the replacement factory (and that no override leaves in float) is replaced, under the same name
+in its parent, by the factory's quant layer. A module reached under several names is replaced
+once, and the one quant layer takes every place. An optimizer given to the constructor gets the
+parameters the quant layers add (learned scales: PACT's learned clipping is the default QuantReLU)
+as a parameter group of their own.
+"""
+
+import pathlib
+import warnings
+from collections import OrderedDict
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from brevitas_cpp.graph.config import load_config
+from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable, OverrideValue
+from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
+
+__all__ = ["Quantizer"]
+
+
+class Quantizer:
+    """Replaces the modules of ``model`` by quant layers (see the module docstring).
+
+    - bits_weights, bits_activations: default bit widths (Distiller's names).
+    - overrides: ordered {name pattern: bit width | None | dict of bits_* and Brevitas
+      keywords}; the first pattern matching a module's whole name wins.
+    - weight_kwargs, act_kwargs: Brevitas keywords for every replaced weight / activation layer
+      (e.g. weight_quant=Int8WeightPerChannelFloat), under an override's own.
+    - replacement_factory: {float type: function(module, LayerSettings) -> quant module};
+      default_replacement_factory() when None.
+    - train_with_fp_copy: the quant layers always keep the float weights and quantize them in
+      the forward, so only True is accepted (Distiller's False quantizes the weights in place).
+    - optimizer, quant_param_group: the optimizer to give the new parameters to, and the
+      options of their group (e.g. {"weight_decay": 0.0}).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        bits_activations: int = 8,
+        bits_weights: int = 8,
+        overrides: Optional[Mapping[str, OverrideValue]] = None,
+        weight_kwargs: Optional[Mapping[str, Any]] = None,
+        act_kwargs: Optional[Mapping[str, Any]] = None,
+        replacement_factory: Optional[ReplacementFactory] = None,
+        train_with_fp_copy: bool = True,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        quant_param_group: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Quantizer: model must be an nn.Module, got {type(model).__name__}")
+        if overrides is not None and not isinstance(overrides, (OrderedDict, dict)):
+            raise TypeError(
+                f"Quantizer: overrides must be an ordered mapping of name patterns (an "
+                f"OrderedDict or a dict, whose order is kept), got {type(overrides).__name__}"
+            )
+        if train_with_fp_copy is not True:
+            raise ValueError(
+                "Quantizer: train_with_fp_copy=False (weights quantized in place) is not "
+                "supported: the quant layers keep the float weights and quantize them in every "
+                "forward, which is train_with_fp_copy=True"
+            )
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"Quantizer: optimizer must be a torch.optim.Optimizer, got "
+                f"{type(optimizer).__name__}"
+            )
+        self.model = model
+        self.bits_activations = _bits(bits_activations, "bits_activations")
+        self.bits_weights = _bits(bits_weights, "bits_weights")
+        self.overrides = OverrideTable(overrides)
+        self.weight_kwargs = dict(weight_kwargs or {})
+        self.act_kwargs = dict(act_kwargs or {})
+        self.replacement_factory = (
+            default_replacement_factory() if replacement_factory is None else replacement_factory
+        )
+        self.optimizer = optimizer
+        self.quant_param_group = dict(quant_param_group or {})
+        # name -> (float type, quant type, settings), filled by prepare_model.
+        self.replaced: Dict[str, Tuple[type, type, LayerSettings]] = OrderedDict()
+        # Names of replaceable modules an override left in float.
+        self.kept_float: List[str] = []
+        self.prepared = False
+
+    @classmethod
+    def from_config(
+        cls, model: nn.Module, source: Union[str, pathlib.Path, Mapping[str, Any]], **kwargs: Any
+    ) -> "Quantizer":
+        """A Quantizer with the settings of a JSON/YAML file or mapping (load_config); keyword
+        arguments (optimizer, replacement_factory, ...) are added to them."""
+        return cls(model, **{**load_config(source), **kwargs})
+
+    def prepare_model(self) -> nn.Module:
+        """Replace the modules in place and return the model (the replacement, if the model
+        itself is a replaced module)."""
+        if self.prepared:
+            raise RuntimeError("Quantizer.prepare_model: the model is already prepared")
+        params_before = {id(p) for p in self.model.parameters()}
+        new_by_old: Dict[int, nn.Module] = {}
+        # Listed first, replaced after: the walk does not see the modules it inserts.
+        places = [
+            (name, module)
+            for name, module in self.model.named_modules(remove_duplicate=False)
+            if type(module) in self.replacement_factory
+        ]
+        root = self.model
+        for name, module in places:
+            if _inside_replaced(name, self.replaced):
+                continue
+            quant = new_by_old.get(id(module))
+            if quant is None:
+                quant = self._replacement(name, module)
+                if quant is None:
+                    continue
+                new_by_old[id(module)] = quant
+            if name == "":
+                root = quant
+            else:
+                parent_name, _, child = name.rpartition(".")
+                setattr(self.model.get_submodule(parent_name), child, quant)
+        self.model = root
+        self._report_unused_overrides()
+        self._update_optimizer(params_before)
+        self.prepared = True
+        return root
+
+    def _replacement(self, name: str, module: nn.Module) -> Optional[nn.Module]:
+        settings = self.overrides.settings_for(
+            name, self.bits_weights, self.bits_activations, self.weight_kwargs, self.act_kwargs
+        )
+        if settings is None:
+            self.kept_float.append(name)
+            return None
+        try:
+            quant = self.replacement_factory[type(module)](module, settings)
+        except (TypeError, ValueError) as exc:
+            origin = f" (override {settings.pattern!r})" if settings.pattern is not None else ""
+            raise type(exc)(
+                f"Quantizer: replacing {name or 'the model'} ({type(module).__name__}){origin}: {exc}"
+            ) from exc
+        quant.train(module.training)
+        self.replaced[name] = (type(module), type(quant), settings)
+        return quant
+
+    def _report_unused_overrides(self) -> None:
+        for pattern in self.overrides.unmatched():
+            warnings.warn(f"Quantizer: override {pattern!r} matches no replaceable module")
+        used: Dict[str, set] = {}
+        offered: Dict[str, set] = {}
+        for _, _, settings in self.replaced.values():
+            if settings.pattern is not None:
+                used.setdefault(settings.pattern, set()).update(settings.used_keywords)
+                offered.setdefault(settings.pattern, set()).update(settings.keywords)
+        for pattern, keys in offered.items():
+            for key in sorted(keys - used[pattern]):
+                warnings.warn(
+                    f"Quantizer: override {pattern!r}: keyword {key!r} was given to no module "
+                    f"(weight layers take weight_*, bias_*, input_*, output_* keywords; "
+                    f"activation layers the unprefixed ones and input_*)"
+                )
+
+    def _update_optimizer(self, params_before: set) -> None:
+        if self.optimizer is None:
+            return
+        in_optimizer = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        new = [
+            p
+            for p in self.model.parameters()
+            if id(p) not in params_before and id(p) not in in_optimizer
+        ]
+        if new:
+            self.optimizer.add_param_group({"params": new, **self.quant_param_group})
+
+    def statistics(self) -> Dict[str, Any]:
+        """What prepare_model did: the replaced modules with their bit widths, and the fraction
+        of replaceable modules replaced."""
+        layers: List[Dict[str, Any]] = [
+            {
+                "name": name,
+                "float": float_type.__name__,
+                "quant": quant_type.__name__,
+                "bits_weights": settings.bits_weights,
+                "bits_activations": settings.bits_activations,
+                "override": settings.pattern,
+            }
+            for name, (float_type, quant_type, settings) in self.replaced.items()
+        ]
+        total = len(self.replaced) + len(self.kept_float)
+        return {
+            "replaced": layers,
+            "kept_float": list(self.kept_float),
+            "fraction_replaced": len(self.replaced) / total if total else 0.0,
+        }
+
+
+def _bits(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
+        raise ValueError(
+            f"Quantizer: {what} must be an integer bit width in [1, 32], got {value!r}"
+        )
+    return value
+
+
+def _inside_replaced(name: str, replaced: Mapping[str, Any]) -> bool:
+    """Whether name is a submodule of a module already replaced (its old children are gone)."""
+    return any(name.startswith(prefix + ".") for prefix in replaced if prefix)

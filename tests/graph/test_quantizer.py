@@ -1,0 +1,360 @@
+"""brevitas_cpp.graph.Quantizer: Distiller's module replacement on brevitas_cpp.nn.
+
+References: the float modules themselves (a replacement with its quantizers off computes exactly
+what the float module does), the same model written by hand with brevitas_cpp.nn (bit for bit
+through training steps), and the override rules written out here."""
+
+import json
+import warnings
+from collections import OrderedDict
+
+import pytest
+import torch
+from torch import nn
+
+from brevitas_cpp import nn as qnn
+from brevitas_cpp.graph import Quantizer, default_replacement_factory, load_config
+from brevitas_cpp.quant import Int8WeightPerChannelFloat, Uint8ActPerTensorFloat
+
+
+class FloatNet(nn.Module):
+    """The main job's CNN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.relu1 = nn.ReLU()
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.relu2 = nn.ReLU()
+        self.pool = nn.AvgPool2d(2)
+        self.fc = nn.Linear(32 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = self.relu1(self.conv1(x))
+        x = self.pool(self.relu2(self.conv2(x)))
+        return self.fc(torch.flatten(x, 1))
+
+
+STATS = 2  # collect_stats_steps: the steps below cover statistics and the learned scale after
+WEIGHT = dict(weight_quant=Int8WeightPerChannelFloat)
+ACT = dict(collect_stats_steps=STATS)
+INPUT = dict(input_quant=Uint8ActPerTensorFloat, input_collect_stats_steps=STATS)
+
+
+def _auto(bits_w=4, bits_a=6):
+    torch.manual_seed(0)
+    model = FloatNet()
+    quantizer = Quantizer(
+        model,
+        bits_weights=bits_w,
+        bits_activations=bits_a,
+        overrides=OrderedDict([("conv1", {**INPUT, "input_bit_width": bits_a})]),
+        weight_kwargs=WEIGHT,
+        act_kwargs=ACT,
+    )
+    return quantizer.prepare_model(), quantizer
+
+
+def _by_hand(bits_w=4, bits_a=6):
+    torch.manual_seed(0)
+    float_model = FloatNet()
+    weight = dict(weight_bit_width=bits_w, **WEIGHT)
+    act = dict(bit_width=bits_a, **ACT)
+    model = FloatNet()
+    model.conv1 = qnn.QuantConv2d(1, 16, 3, padding=1, input_bit_width=bits_a, **INPUT, **weight)
+    model.relu1 = qnn.QuantReLU(**act)
+    model.conv2 = qnn.QuantConv2d(16, 32, 3, padding=1, **weight)
+    model.relu2 = qnn.QuantReLU(**act)
+    model.fc = qnn.QuantLinear(32 * 4 * 4, 10, **weight)
+    model.load_state_dict(float_model.state_dict(), strict=False)
+    return model
+
+
+def _train(model, steps=4):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    record = []
+    for step in range(steps):
+        x = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(step))
+        opt.zero_grad()
+        out = model(x)
+        out.square().mean().backward()
+        opt.step()
+        record.append(out.detach())
+        record += [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.eval()
+    with torch.no_grad():
+        record.append(model(torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(99))))
+    return record
+
+
+def test_auto_quantized_model_equals_the_hand_built_one_bit_for_bit():
+    auto, _ = _auto()
+    hand = _by_hand()
+    assert [type(m) for m in auto.children()] == [type(m) for m in hand.children()]
+    a, b = _train(auto), _train(hand)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    assert auto.state_dict().keys() == hand.state_dict().keys()
+    for key, value in hand.state_dict().items():
+        assert torch.equal(auto.state_dict()[key], value), key
+
+
+def test_names_parameters_and_float_keys_are_kept():
+    torch.manual_seed(0)
+    model = FloatNet()
+    float_state = {k: v.clone() for k, v in model.state_dict().items()}
+    params = dict(model.named_parameters())
+    Quantizer(model).prepare_model()
+    assert isinstance(model.conv1, qnn.QuantConv2d) and isinstance(model.relu2, qnn.QuantReLU)
+    assert isinstance(model.pool, nn.AvgPool2d)  # left in float by default
+    state = model.state_dict()
+    for key, value in float_state.items():
+        assert torch.equal(state[key], value), key
+    for name, param in params.items():
+        assert model.get_parameter(name) is param  # the same Parameter objects
+
+
+def test_first_matching_override_wins():
+    def bits(overrides):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantizer = Quantizer(model, bits_weights=8, bits_activations=8, overrides=overrides)
+            quantizer.prepare_model()
+        return {name: s.bits_weights for name, (_, _, s) in quantizer.replaced.items()}
+
+    specific_first = OrderedDict([("0", 2), ("[0-9]", 4)])
+    assert bits(specific_first) == {"0": 2, "1": 4, "2": 4, "3": 4}
+    broad_first = OrderedDict([("[0-9]", 4), ("0", 2)])
+    assert bits(broad_first) == {"0": 4, "1": 4, "2": 4, "3": 4}
+
+
+def test_patterns_match_whole_names_and_blocks():
+    model = nn.Module()
+    model.conv1 = nn.Conv2d(2, 2, 1)
+    model.conv10 = nn.Conv2d(2, 2, 1)
+    model.block = nn.Sequential(nn.Conv2d(2, 2, 1), nn.ReLU())
+    quantizer = Quantizer(
+        model, bits_weights=8, overrides=OrderedDict([("conv1", 3), (r"block\..*", 5)])
+    )
+    quantizer.prepare_model()
+    got = {name: s.bits_weights for name, (_, _, s) in quantizer.replaced.items()}
+    assert got == {"conv1": 3, "conv10": 8, "block.0": 5, "block.1": 5}
+    assert model.block[1].act_quant.bit_width().item() == 5
+
+
+def test_none_keeps_a_module_in_float_and_statistics_say_so():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    quantizer = Quantizer(model, overrides={"2": None})
+    quantizer.prepare_model()
+    assert type(model[2]) is nn.Linear
+    stats = quantizer.statistics()
+    assert stats["kept_float"] == ["2"]
+    assert [layer["name"] for layer in stats["replaced"]] == ["0", "1"]
+    assert stats["fraction_replaced"] == pytest.approx(2 / 3)
+
+
+def test_unmatched_patterns_and_unused_keywords_are_reported():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    quantizer = Quantizer(
+        model, overrides=OrderedDict([("1", {"weight_bit_width": 4}), ("fc.*", 2)])
+    )
+    with pytest.warns(UserWarning) as record:
+        quantizer.prepare_model()
+    messages = [str(r.message) for r in record]
+    assert any("override 'fc.*' matches no replaceable module" in m for m in messages)
+    assert any(
+        "override '1': keyword 'weight_bit_width' was given to no module" in m for m in messages
+    )
+
+
+def test_a_keyword_the_layer_does_not_know_names_module_and_override():
+    model = nn.Sequential(nn.Linear(4, 4))
+    quantizer = Quantizer(model, overrides={"0": {"weight_bit_widht": 4}})
+    with pytest.raises(
+        TypeError, match=r"replacing 0 \(Linear\) \(override '0'\):.*weight_bit_widht"
+    ):
+        quantizer.prepare_model()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(bits_weights=0), "bits_weights must be an integer bit width"),
+        (dict(bits_activations=True), "bits_activations must be an integer bit width"),
+        (dict(overrides=[("a", 4)]), "overrides must be an ordered mapping"),
+        (dict(overrides={"(": 4}), "is not a regular expression"),
+        (dict(overrides={"a": 40}), r"overrides\['a'\] must be an integer bit width"),
+        (dict(overrides={"a": {"bits_weights": 0}}), r"overrides\['a'\]\['bits_weights'\]"),
+        (dict(train_with_fp_copy=False), "train_with_fp_copy=False"),
+        (dict(optimizer="sgd"), "optimizer must be a torch.optim.Optimizer"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        Quantizer(nn.Linear(2, 2), **kwargs)
+
+
+def test_prepare_twice_is_refused():
+    quantizer = Quantizer(nn.Sequential(nn.Linear(2, 2)))
+    quantizer.prepare_model()
+    with pytest.raises(RuntimeError, match="already prepared"):
+        quantizer.prepare_model()
+
+
+def test_a_module_under_two_names_becomes_one_quant_layer():
+    shared = nn.Linear(4, 4)
+    model = nn.Module()
+    model.a, model.b = shared, shared
+    Quantizer(model).prepare_model()
+    assert isinstance(model.a, qnn.QuantLinear) and model.a is model.b
+
+
+def test_the_model_itself_can_be_replaced():
+    linear = nn.Linear(3, 2)
+    quant = Quantizer(linear).prepare_model()
+    assert isinstance(quant, qnn.QuantLinear) and quant.weight is linear.weight
+
+
+def test_optimizer_gets_the_new_parameters_in_their_own_group():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Quantizer(model, optimizer=optimizer, quant_param_group={"lr": 0.01}).prepare_model()
+    assert len(optimizer.param_groups) == 2
+    new_group = optimizer.param_groups[1]
+    assert new_group["lr"] == 0.01
+    scale = model[1].act_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl.value
+    assert any(p is scale for p in new_group["params"])
+    in_groups = [p for group in optimizer.param_groups for p in group["params"]]
+    assert all(any(p is q for q in in_groups) for p in model.parameters())
+
+
+FLOAT_MODULES = {
+    "conv1d": (lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=1, groups=1), (2, 3, 9)),
+    "conv2d-grouped-reflect": (
+        lambda: nn.Conv2d(4, 4, 3, padding=1, groups=2, padding_mode="reflect", bias=False),
+        (2, 4, 6, 6),
+    ),
+    "conv3d": (lambda: nn.Conv3d(2, 3, 2, stride=(1, 2, 1)), (1, 2, 4, 4, 4)),
+    "convtranspose2d": (
+        lambda: nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1, dilation=1),
+        (2, 3, 5, 5),
+    ),
+    "linear": (lambda: nn.Linear(5, 3), (4, 5)),
+    "relu": (lambda: nn.ReLU(), (4, 5)),
+    "hardtanh": (lambda: nn.Hardtanh(-0.5, 2.0), (4, 5)),
+    "sigmoid": (lambda: nn.Sigmoid(), (4, 5)),
+    "tanh": (lambda: nn.Tanh(), (4, 5)),
+}
+
+
+@pytest.mark.parametrize("name", list(FLOAT_MODULES))
+def test_replacement_keeps_the_float_computation(name):
+    """With its quantizers off, each replacement computes exactly what the float module does:
+    every hyper-parameter was carried over."""
+    make, shape = FLOAT_MODULES[name]
+    torch.manual_seed(0)
+    module = make()
+    model = nn.Sequential(module)
+    off = {"weight_quant": None, "act_quant": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Quantizer(model, overrides={"0": off}).prepare_model()
+    assert type(model[0]) is not type(module)
+    x = torch.randn(shape)
+    assert torch.equal(model(x), module(x))
+
+
+def test_embedding_and_relu6():
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 4, padding_idx=0)
+    model = nn.Sequential(emb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Quantizer(model, overrides={"0": {"weight_quant": None}}).prepare_model()
+    idx = torch.tensor([[0, 3, 9]])
+    assert isinstance(model[0], qnn.QuantEmbedding) and model[0].padding_idx == 0
+    assert torch.equal(model(idx), emb(idx))
+    relu6 = Quantizer(nn.Sequential(nn.ReLU6())).prepare_model()[0]
+    # Brevitas's mapping: an unsigned quantizer whose range starts at 6.
+    assert (relu6.act_quant.scale() * 255).item() == pytest.approx(6.0)
+
+
+def test_custom_replacement_factory():
+    factory = default_replacement_factory()
+    factory[nn.GELU] = lambda module, settings: qnn.QuantIdentity(**settings.act_layer_kwargs())
+    model = nn.Sequential(nn.GELU())
+    Quantizer(model, bits_activations=4, replacement_factory=factory).prepare_model()
+    assert isinstance(model[0], qnn.QuantIdentity)
+    assert model[0].act_quant.bit_width().item() == 4
+
+
+def test_scripted_auto_quantized_model_matches_eager():
+    model, _ = _auto()
+    _train(model, steps=3)
+    x = torch.rand(5, 1, 8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        scripted = torch.jit.script(model)
+    assert torch.equal(scripted(x), model(x))
+
+
+def test_config_file(tmp_path):
+    path = tmp_path / "quant.json"
+    path.write_text(
+        json.dumps(
+            {
+                "bits_weights": 4,
+                "bits_activations": 6,
+                "overrides": {
+                    "conv1": {
+                        "input_quant": "Uint8ActPerTensorFloat",
+                        "input_bit_width": 6,
+                        "input_collect_stats_steps": STATS,
+                    }
+                },
+                "weight_kwargs": {"weight_quant": "Int8WeightPerChannelFloat"},
+                "act_kwargs": {"collect_stats_steps": STATS},
+            }
+        )
+    )
+    torch.manual_seed(0)
+    from_file = Quantizer.from_config(FloatNet(), path).prepare_model()
+    auto, _ = _auto()
+    x = torch.rand(4, 1, 8, 8)
+    assert torch.equal(from_file(x), auto(x))
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        ({"bits_weight": 4}, r"unknown key\(s\) 'bits_weight'; accepted: bits_weights"),
+        ({"weight_kwargs": {"weight_quant": "NoSuchQuant"}}, "'NoSuchQuant' is not a quantizer"),
+        ([1, 2], "the config must be a mapping"),
+    ],
+)
+def test_bad_config(config, match, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=match):
+        load_config(path)
+
+
+def test_config_file_type_is_checked(tmp_path):
+    path = tmp_path / "quant.toml"
+    path.write_text("")
+    with pytest.raises(ValueError, match=r"ends in \.json, \.yaml or \.yml"):
+        load_config(path)
+
+
+def test_yaml_config(tmp_path):
+    yaml = pytest.importorskip("yaml")
+    path = tmp_path / "quant.yaml"
+    path.write_text(yaml.safe_dump({"bits_weights": 3, "overrides": {"0": None}}))
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    quantizer = Quantizer.from_config(model, path)
+    quantizer.prepare_model()
+    assert type(model[0]) is nn.Linear and quantizer.replaced["1"][2].bits_weights == 3

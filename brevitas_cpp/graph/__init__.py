@@ -4,19 +4,25 @@
 brevitas_cpp.nn counterparts in place, keeping module names and the float weights (the same
 Parameter objects), with bit widths and Brevitas keywords per module from ordered name patterns
 (the first match wins). ``Quantizer.from_config`` reads the same settings from a JSON or YAML
-file. This package sits above nn, quant and proxy and nothing imports it.
+file. ``trace(model, *inputs)`` records the operations of one forward with NNCF's scope
+addresses. This package sits above nn, quant and proxy and nothing imports it.
 """
 
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
 from brevitas_cpp.graph.quantizer import Quantizer
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
+from brevitas_cpp.graph.trace import Node, TracedGraph, no_trace, trace
 
 __all__ = [
     "LayerSettings",
+    "Node",
     "OverrideTable",
     "Quantizer",
     "ReplacementFactory",
+    "TracedGraph",
     "default_replacement_factory",
     "load_config",
+    "no_trace",
+    "trace",
 ]

@@ -1,0 +1,187 @@
+"""Operation-level tracing of one forward, with NNCF's scope addresses.
+
+``trace(model, *example_inputs)`` runs the model once under a TorchFunctionMode and module
+hooks, and records every torch function call that returns tensors (functional calls such as
+``F.relu`` and ``torch.cat``, tensor methods and operators such as ``x + y`` and ``x.mean()``)
+as a Node. Its scope is the module path it ran in, each module written ``Type[name]`` under the
+model's class, then the operator and its call index within that module:
+``ResNet/Sequential[layer1]/BasicBlock[0]/Conv2d[conv1]/conv2d_0``. Metadata reads (``x.shape``,
+``x.size(0)``) return no tensor and are not recorded. The same model and inputs give the same
+graph. Inside ``no_trace()`` nothing is recorded (a data-dependent part of a forward).
+"""
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["Node", "TracedGraph", "trace", "no_trace"]
+
+_state = threading.local()
+
+
+@dataclass
+class Node:
+    """One recorded operation. ``inputs`` are the indices of the nodes whose outputs it takes
+    (graph inputs are nodes of operator ``input``)."""
+
+    index: int
+    scope: str
+    op: str
+    call_index: int
+    module_scope: str
+    input_shapes: List[Tuple[int, ...]]
+    output_shapes: List[Tuple[int, ...]]
+    inputs: List[int] = field(default_factory=list)
+
+
+@dataclass
+class TracedGraph:
+    nodes: List[Node]
+
+    def scopes(self) -> List[str]:
+        return [node.scope for node in self.nodes]
+
+    def find(self, scope: str) -> Node:
+        for node in self.nodes:
+            if node.scope == scope:
+                return node
+        raise KeyError(f"no traced operation at scope {scope!r}")
+
+    def successors(self, node: Node) -> List[Node]:
+        return [n for n in self.nodes if node.index in n.inputs]
+
+    def __str__(self) -> str:
+        lines = []
+        for node in self.nodes:
+            inputs = ", ".join(f"%{i}" for i in node.inputs)
+            shapes = ", ".join("x".join(map(str, s)) for s in node.output_shapes)
+            lines.append(f"%{node.index} = {node.scope}({inputs}) -> [{shapes}]")
+        return "\n".join(lines)
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz's dot language (``dot -Tsvg``)."""
+        lines = ["digraph traced {", '  node [shape=box, fontname="monospace"];']
+        for node in self.nodes:
+            label = node.scope.replace('"', '\\"')
+            lines.append(f'  n{node.index} [label="{label}"];')
+        for node in self.nodes:
+            for i in node.inputs:
+                lines.append(f"  n{i} -> n{node.index};")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def _tensors(value: Any) -> List[Tensor]:
+    return [t for t in tree_flatten(value)[0] if isinstance(t, Tensor)]
+
+
+def _op_name(func: Callable) -> str:
+    name = getattr(func, "__name__", None) or type(func).__name__
+    return name.strip("_") or name
+
+
+class _Recorder(TorchFunctionMode):
+    """Records the calls made while the model runs (see the module docstring)."""
+
+    def __init__(self, root: nn.Module) -> None:
+        super().__init__()
+        root_name = type(root).__name__
+        # Every module's scope, from its first name in the model.
+        self.module_scopes: Dict[int, str] = {}
+        for name, module in root.named_modules():
+            if id(module) in self.module_scopes:
+                continue
+            scope, current = root_name, root
+            for part in name.split(".") if name else []:
+                current = getattr(current, part)
+                scope += f"/{type(current).__name__}[{part}]"
+            self.module_scopes[id(module)] = scope
+        self.stack: List[str] = [root_name]
+        self.nodes: List[Node] = []
+        self.producer: Dict[int, int] = {}  # id(tensor) -> node index
+        self.alive: List[Tensor] = []  # keeps ids unique while tracing
+        self.calls: Dict[Tuple[str, str], int] = {}
+
+    def add_node(self, op: str, inputs: List[Tensor], outputs: List[Tensor]) -> None:
+        module_scope = self.stack[-1]
+        call_index = self.calls.get((module_scope, op), 0)
+        self.calls[(module_scope, op)] = call_index + 1
+        index = len(self.nodes)
+        sources = []
+        for t in inputs:
+            source = self.producer.get(id(t))
+            if source is not None and source not in sources:
+                sources.append(source)
+        self.nodes.append(
+            Node(
+                index=index,
+                scope=f"{module_scope}/{op}_{call_index}",
+                op=op,
+                call_index=call_index,
+                module_scope=module_scope,
+                input_shapes=[tuple(t.shape) for t in inputs],
+                output_shapes=[tuple(t.shape) for t in outputs],
+                inputs=sources,
+            )
+        )
+        for t in outputs:
+            self.producer[id(t)] = index
+            self.alive.append(t)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if getattr(_state, "paused", 0):
+            return out
+        outputs = _tensors(out)
+        if outputs:
+            self.add_node(_op_name(func), _tensors((args, kwargs)), outputs)
+        return out
+
+
+@contextlib.contextmanager
+def no_trace() -> Iterator[None]:
+    """Operations inside are run but not recorded (e.g. a data-dependent branch)."""
+    _state.paused = getattr(_state, "paused", 0) + 1
+    try:
+        yield
+    finally:
+        _state.paused -= 1
+
+
+def trace(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> TracedGraph:
+    """The operations one forward of model on the example inputs runs (see the module
+    docstring). Runs under torch.no_grad; the model's modes (train/eval) are as given."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"trace: model must be an nn.Module, got {type(model).__name__}")
+    recorder = _Recorder(model)
+    for i, t in enumerate(_tensors((example_inputs, example_kwargs))):
+        recorder.stack.append(f"{type(model).__name__}")
+        recorder.add_node("input", [], [t])
+        recorder.stack.pop()
+        recorder.nodes[-1].scope = f"{type(model).__name__}/input_{i}"
+
+    def enter(module: nn.Module, _args: Any) -> None:
+        recorder.stack.append(recorder.module_scopes.get(id(module), recorder.stack[-1]))
+
+    def leave(module: nn.Module, _args: Any, _out: Any) -> None:
+        recorder.stack.pop()
+
+    handles = []
+    for module in model.modules():
+        handles.append(module.register_forward_pre_hook(enter))
+        handles.append(module.register_forward_hook(leave))
+    try:
+        with torch.no_grad(), recorder:
+            # The root's own pre-hook pushes its scope again; the stack starts at the root.
+            model(*example_inputs, **example_kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return TracedGraph(recorder.nodes)

@@ -5,20 +5,24 @@ brevitas_cpp.nn counterparts in place, keeping module names and the float weight
 Parameter objects), with bit widths and Brevitas keywords per module from ordered name patterns
 (the first match wins). ``Quantizer.from_config`` reads the same settings from a JSON or YAML
 file. ``trace(model, *inputs)`` records the operations of one forward with NNCF's scope
-addresses. This package sits above nn, quant and proxy and nothing imports it.
+addresses, and ``QuantizerInsertion`` puts activation quantizers at any traced call. This
+package sits above nn, quant and proxy and nothing imports it.
 """
 
 from brevitas_cpp.graph.config import load_config
+from brevitas_cpp.graph.insertion import InsertedQuantizers, QuantizerInsertion
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
 from brevitas_cpp.graph.quantizer import Quantizer
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
 from brevitas_cpp.graph.trace import Node, TracedGraph, no_trace, trace
 
 __all__ = [
+    "InsertedQuantizers",
     "LayerSettings",
     "Node",
     "OverrideTable",
     "Quantizer",
+    "QuantizerInsertion",
     "ReplacementFactory",
     "TracedGraph",
     "default_replacement_factory",

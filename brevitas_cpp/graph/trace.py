@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["Node", "TracedGraph", "trace", "no_trace"]
+__all__ = ["Node", "ScopeTracker", "TracedGraph", "module_scopes", "no_trace", "trace"]
 
 _state = threading.local()
 
@@ -77,13 +77,71 @@ class TracedGraph:
         return "\n".join(lines) + "\n"
 
 
-def _tensors(value: Any) -> List[Tensor]:
+def tracing_paused() -> bool:
+    """Whether the calls now running are inside no_trace()."""
+    return bool(getattr(_state, "paused", 0))
+
+
+def tensors_of(value: Any) -> List[Tensor]:
     return [t for t in tree_flatten(value)[0] if isinstance(t, Tensor)]
 
 
-def _op_name(func: Callable) -> str:
+def op_name(func: Callable) -> str:
     name = getattr(func, "__name__", None) or type(func).__name__
     return name.strip("_") or name
+
+
+def module_scopes(root: nn.Module) -> Dict[int, str]:
+    """Every module's scope, ``Root/Type[name]/...``, from its first name in root."""
+    root_name = type(root).__name__
+    scopes: Dict[int, str] = {}
+    for name, module in root.named_modules():
+        if id(module) in scopes:
+            continue
+        scope, current = root_name, root
+        for part in name.split(".") if name else []:
+            current = getattr(current, part)
+            scope += f"/{type(current).__name__}[{part}]"
+        scopes[id(module)] = scope
+    return scopes
+
+
+class ScopeTracker:
+    """The scope of each torch call of a forward: the module stack (kept by hooks on every
+    module of the root) and a call counter per (module scope, operator). Shared by trace and
+    by the quantizers inserted at traced operations, so both name a call alike."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self.root_name = type(root).__name__
+        self.module_scopes = module_scopes(root)
+        self.stack: List[str] = [self.root_name]
+        self.calls: Dict[Tuple[str, str], int] = {}
+
+    def reset(self) -> None:
+        self.stack = [self.root_name]
+        self.calls = {}
+
+    def next_scope(self, op: str) -> Tuple[str, str, int]:
+        """(scope, module scope, call index) of the next call of op."""
+        module_scope = self.stack[-1]
+        call_index = self.calls.get((module_scope, op), 0)
+        self.calls[(module_scope, op)] = call_index + 1
+        return f"{module_scope}/{op}_{call_index}", module_scope, call_index
+
+    def hook(self, modules: List[nn.Module]) -> List[Any]:
+        """Hooks that keep the module stack; returns their handles."""
+
+        def enter(module: nn.Module, _args: Any) -> None:
+            self.stack.append(self.module_scopes.get(id(module), self.stack[-1]))
+
+        def leave(module: nn.Module, _args: Any, _out: Any) -> None:
+            self.stack.pop()
+
+        handles = []
+        for module in modules:
+            handles.append(module.register_forward_pre_hook(enter))
+            handles.append(module.register_forward_hook(leave, always_call=True))
+        return handles
 
 
 class _Recorder(TorchFunctionMode):
@@ -91,27 +149,13 @@ class _Recorder(TorchFunctionMode):
 
     def __init__(self, root: nn.Module) -> None:
         super().__init__()
-        root_name = type(root).__name__
-        # Every module's scope, from its first name in the model.
-        self.module_scopes: Dict[int, str] = {}
-        for name, module in root.named_modules():
-            if id(module) in self.module_scopes:
-                continue
-            scope, current = root_name, root
-            for part in name.split(".") if name else []:
-                current = getattr(current, part)
-                scope += f"/{type(current).__name__}[{part}]"
-            self.module_scopes[id(module)] = scope
-        self.stack: List[str] = [root_name]
+        self.scopes = ScopeTracker(root)
         self.nodes: List[Node] = []
         self.producer: Dict[int, int] = {}  # id(tensor) -> node index
         self.alive: List[Tensor] = []  # keeps ids unique while tracing
-        self.calls: Dict[Tuple[str, str], int] = {}
 
     def add_node(self, op: str, inputs: List[Tensor], outputs: List[Tensor]) -> None:
-        module_scope = self.stack[-1]
-        call_index = self.calls.get((module_scope, op), 0)
-        self.calls[(module_scope, op)] = call_index + 1
+        scope, module_scope, call_index = self.scopes.next_scope(op)
         index = len(self.nodes)
         sources = []
         for t in inputs:
@@ -121,7 +165,7 @@ class _Recorder(TorchFunctionMode):
         self.nodes.append(
             Node(
                 index=index,
-                scope=f"{module_scope}/{op}_{call_index}",
+                scope=scope,
                 op=op,
                 call_index=call_index,
                 module_scope=module_scope,
@@ -137,11 +181,11 @@ class _Recorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if getattr(_state, "paused", 0):
+        if tracing_paused():
             return out
-        outputs = _tensors(out)
+        outputs = tensors_of(out)
         if outputs:
-            self.add_node(_op_name(func), _tensors((args, kwargs)), outputs)
+            self.add_node(op_name(func), tensors_of((args, kwargs)), outputs)
         return out
 
 
@@ -161,25 +205,12 @@ def trace(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> Trac
     if not isinstance(model, nn.Module):
         raise TypeError(f"trace: model must be an nn.Module, got {type(model).__name__}")
     recorder = _Recorder(model)
-    for i, t in enumerate(_tensors((example_inputs, example_kwargs))):
-        recorder.stack.append(f"{type(model).__name__}")
+    for i, t in enumerate(tensors_of((example_inputs, example_kwargs))):
         recorder.add_node("input", [], [t])
-        recorder.stack.pop()
-        recorder.nodes[-1].scope = f"{type(model).__name__}/input_{i}"
-
-    def enter(module: nn.Module, _args: Any) -> None:
-        recorder.stack.append(recorder.module_scopes.get(id(module), recorder.stack[-1]))
-
-    def leave(module: nn.Module, _args: Any, _out: Any) -> None:
-        recorder.stack.pop()
-
-    handles = []
-    for module in model.modules():
-        handles.append(module.register_forward_pre_hook(enter))
-        handles.append(module.register_forward_hook(leave))
+        recorder.nodes[-1].scope = f"{recorder.scopes.root_name}/input_{i}"
+    handles = recorder.scopes.hook(list(model.modules()))
     try:
         with torch.no_grad(), recorder:
-            # The root's own pre-hook pushes its scope again; the stack starts at the root.
             model(*example_inputs, **example_kwargs)
     finally:
         for handle in handles:

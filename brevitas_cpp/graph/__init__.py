@@ -10,13 +10,29 @@ package sits above nn, quant and proxy and nothing imports it.
 """
 
 from brevitas_cpp.graph.config import load_config
+from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.insertion import InsertedQuantizers, QuantizerInsertion
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
 from brevitas_cpp.graph.quantizer import Quantizer
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
+from brevitas_cpp.graph.scheduler import (
+    CompressionScheduler,
+    FreezeBatchNorm,
+    FreezeBitWidths,
+    FreezeScales,
+    Policy,
+    QuantizationDelay,
+)
 from brevitas_cpp.graph.trace import Node, TracedGraph, no_trace, trace
 
 __all__ = [
+    "CompressionScheduler",
+    "FreezeBatchNorm",
+    "FreezeBitWidths",
+    "FreezeScales",
+    "Policy",
+    "QuantizationController",
+    "QuantizationDelay",
     "InsertedQuantizers",
     "LayerSettings",
     "Node",

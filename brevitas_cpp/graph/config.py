@@ -3,10 +3,12 @@
     {"bits_weights": 4, "bits_activations": 8,
      "overrides": {"conv1": {"bits_weights": 8}, "layer4\\\\..*": null},
      "weight_kwargs": {"weight_quant": "Int8WeightPerChannelFloat"},
-     "act_kwargs": {"collect_stats_steps": 30}}
+     "act_kwargs": {"collect_stats_steps": 30},
+     "policies": [{"policy": "FreezeBatchNorm", "starting_epoch": 3}]}
 
 A value naming a quantizer (a key ending in ``_quant``) may be the name of a class in
-brevitas_cpp.quant. An unknown key is an error naming it and the accepted ones.
+brevitas_cpp.quant. ``policies`` are the scheduler's (brevitas_cpp.graph.scheduler). An unknown key is an error
+naming it and the accepted ones.
 """
 
 import json
@@ -17,7 +19,14 @@ from brevitas_cpp import quant as quant_module
 
 __all__ = ["load_config", "CONFIG_KEYS"]
 
-CONFIG_KEYS = ("bits_weights", "bits_activations", "overrides", "weight_kwargs", "act_kwargs")
+CONFIG_KEYS = (
+    "bits_weights",
+    "bits_activations",
+    "overrides",
+    "weight_kwargs",
+    "act_kwargs",
+    "policies",
+)
 
 
 def _resolve_quantizers(keywords: Mapping[str, Any], where: str) -> Dict[str, Any]:

@@ -17,8 +17,10 @@ import torch
 from torch import nn
 
 from brevitas_cpp.graph.config import load_config
+from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable, OverrideValue
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
+from brevitas_cpp.graph.scheduler import CompressionScheduler
 
 __all__ = ["Quantizer"]
 
@@ -37,6 +39,8 @@ class Quantizer:
       the forward, so only True is accepted (Distiller's False quantizes the weights in place).
     - optimizer, quant_param_group: the optimizer to give the new parameters to, and the
       options of their group (e.g. {"weight_decay": 0.0}).
+    - policies: the scheduler's policies as config entries ({"policy": "QuantizationDelay",
+      "starting_epoch": 2}); controller() builds them for the prepared model.
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class Quantizer:
         train_with_fp_copy: bool = True,
         optimizer: Optional[torch.optim.Optimizer] = None,
         quant_param_group: Optional[Mapping[str, Any]] = None,
+        policies: Optional[List[Mapping[str, Any]]] = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Quantizer: model must be an nn.Module, got {type(model).__name__}")
@@ -81,6 +86,9 @@ class Quantizer:
         )
         self.optimizer = optimizer
         self.quant_param_group = dict(quant_param_group or {})
+        # Checked now, built for the prepared model by controller().
+        self.policies = list(policies or [])
+        CompressionScheduler.from_config(model, self.policies)
         # name -> (float type, quant type, settings), filled by prepare_model.
         self.replaced: Dict[str, Tuple[type, type, LayerSettings]] = OrderedDict()
         # Names of replaceable modules an override left in float.
@@ -175,6 +183,14 @@ class Quantizer:
         ]
         if new:
             self.optimizer.add_param_group({"params": new, **self.quant_param_group})
+
+    def controller(self) -> QuantizationController:
+        """The controller of the prepared model, with a scheduler of the given policies."""
+        if not self.prepared:
+            raise RuntimeError("Quantizer.controller: call prepare_model() first")
+        return QuantizationController(
+            self.model, CompressionScheduler.from_config(self.model, self.policies)
+        )
 
     def statistics(self) -> Dict[str, Any]:
         """What prepare_model did: the replaced modules with their bit widths, and the fraction

@@ -87,8 +87,12 @@ def tensors_of(value: Any) -> List[Tensor]:
 
 
 def op_name(func: Callable) -> str:
+    """The operator's name: an operator method without its dunders (``__iadd__``: iadd), an
+    in-place method with its underscore (``add_``), anything else as named."""
     name = getattr(func, "__name__", None) or type(func).__name__
-    return name.strip("_") or name
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        return name[2:-2]
+    return name
 
 
 def module_scopes(root: nn.Module) -> Dict[int, str]:

@@ -26,6 +26,8 @@ CONFIG_KEYS = (
     "weight_kwargs",
     "act_kwargs",
     "policies",
+    "ignored_scopes",
+    "target_scopes",
 )
 
 

@@ -9,6 +9,7 @@ as a parameter group of their own.
 """
 
 import pathlib
+import re
 import warnings
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -21,6 +22,7 @@ from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable, OverrideValue
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
 from brevitas_cpp.graph.scheduler import CompressionScheduler
+from brevitas_cpp.graph.trace import module_scopes
 
 __all__ = ["Quantizer"]
 
@@ -39,6 +41,10 @@ class Quantizer:
       the forward, so only True is accepted (Distiller's False quantizes the weights in place).
     - optimizer, quant_param_group: the optimizer to give the new parameters to, and the
       options of their group (e.g. {"weight_decay": 0.0}).
+    - ignored_scopes, target_scopes: NNCF's selections, exact names or ``{re}`` patterns,
+      matched against a module's name (``layer1.0.conv1``) and its scope
+      (``ResNet/Sequential[layer1]/BasicBlock[0]/Conv2d[conv1]``): a module is replaced only if
+      it is in a target scope (when any is given) and in no ignored one.
     - policies: the scheduler's policies as config entries ({"policy": "QuantizationDelay",
       "starting_epoch": 2}); controller() builds them for the prepared model.
     """
@@ -56,6 +62,8 @@ class Quantizer:
         optimizer: Optional[torch.optim.Optimizer] = None,
         quant_param_group: Optional[Mapping[str, Any]] = None,
         policies: Optional[List[Mapping[str, Any]]] = None,
+        ignored_scopes: Optional[List[str]] = None,
+        target_scopes: Optional[List[str]] = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Quantizer: model must be an nn.Module, got {type(model).__name__}")
@@ -88,6 +96,8 @@ class Quantizer:
         self.quant_param_group = dict(quant_param_group or {})
         # Checked now, built for the prepared model by controller().
         self.policies = list(policies or [])
+        self.ignored_scopes = ScopeSelection("ignored_scopes", ignored_scopes)
+        self.target_scopes = ScopeSelection("target_scopes", target_scopes)
         CompressionScheduler.from_config(model, self.policies)
         # name -> (float type, quant type, settings), filled by prepare_model.
         self.replaced: Dict[str, Tuple[type, type, LayerSettings]] = OrderedDict()
@@ -116,8 +126,15 @@ class Quantizer:
             for name, module in self.model.named_modules(remove_duplicate=False)
             if type(module) in self.replacement_factory
         ]
+        scopes = module_scopes(self.model)
         root = self.model
         for name, module in places:
+            addresses = (name, scopes.get(id(module), ""))
+            if self.ignored_scopes.selects(*addresses) or (
+                self.target_scopes and not self.target_scopes.selects(*addresses)
+            ):
+                self.kept_float.append(name)
+                continue
             if _inside_replaced(name, self.replaced):
                 continue
             quant = new_by_old.get(id(module))
@@ -156,6 +173,9 @@ class Quantizer:
         return quant
 
     def _report_unused_overrides(self) -> None:
+        for selection in (self.ignored_scopes, self.target_scopes):
+            for entry in selection.unmatched():
+                warnings.warn(f"Quantizer: {selection.what} entry {entry!r} matches no module")
         for pattern in self.overrides.unmatched():
             warnings.warn(f"Quantizer: override {pattern!r} matches no replaceable module")
         used: Dict[str, set] = {}
@@ -212,6 +232,47 @@ class Quantizer:
             "kept_float": list(self.kept_float),
             "fraction_replaced": len(self.replaced) / total if total else 0.0,
         }
+
+
+class ScopeSelection:
+    """NNCF's ignored_scopes / target_scopes: entries that are exact names or scopes, or
+    ``{re}<pattern>`` matched against the whole name or scope."""
+
+    def __init__(self, what: str, entries: Optional[List[str]]) -> None:
+        self.what = what
+        if entries is not None and (
+            isinstance(entries, str) or not all(isinstance(e, str) for e in entries)
+        ):
+            raise TypeError(f"Quantizer: {what} must be a list of strings, got {entries!r}")
+        self._entries = []
+        for entry in entries or []:
+            if entry.startswith("{re}"):
+                try:
+                    self._entries.append((entry, re.compile(entry[4:])))
+                except re.error as exc:
+                    raise ValueError(
+                        f"Quantizer: {what}: {entry!r} is not a regular expression ({exc})"
+                    )
+            else:
+                self._entries.append((entry, None))
+        self._matched: set = set()
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def selects(self, *addresses: str) -> bool:
+        found = False
+        for entry, pattern in self._entries:
+            hit = any(
+                (pattern.fullmatch(a) if pattern is not None else a == entry) for a in addresses
+            )
+            if hit:
+                self._matched.add(entry)
+                found = True
+        return found
+
+    def unmatched(self) -> List[str]:
+        return [entry for entry, _ in self._entries if entry not in self._matched]
 
 
 def _bits(value: Any, what: str) -> int:

@@ -358,3 +358,26 @@ def test_yaml_config(tmp_path):
     quantizer = Quantizer.from_config(model, path)
     quantizer.prepare_model()
     assert type(model[0]) is nn.Linear and quantizer.replaced["1"][2].bits_weights == 3
+
+
+def test_ignored_and_target_scopes_by_name_scope_and_pattern():
+    def replaced(**kwargs):
+        torch.manual_seed(0)
+        model = FloatNet()
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            quantizer = Quantizer(model, **kwargs)
+            quantizer.prepare_model()
+        return sorted(quantizer.replaced), [str(r.message) for r in record]
+
+    assert replaced(ignored_scopes=["fc", "FloatNet/ReLU[relu1]"])[0] == ["conv1", "conv2", "relu2"]
+    assert replaced(target_scopes=["{re}conv.*"])[0] == ["conv1", "conv2"]
+    names, messages = replaced(
+        target_scopes=["{re}FloatNet/Conv2d.*"], ignored_scopes=["conv2", "nope"]
+    )
+    assert names == ["conv1"]
+    assert messages == ["Quantizer: ignored_scopes entry 'nope' matches no module"]
+    with pytest.raises(TypeError, match="ignored_scopes must be a list of strings"):
+        Quantizer(FloatNet(), ignored_scopes="fc")
+    with pytest.raises(ValueError, match=r"target_scopes: '\{re\}\(' is not a regular expression"):
+        Quantizer(FloatNet(), target_scopes=["{re}("])

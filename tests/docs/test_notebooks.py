@@ -50,7 +50,11 @@ def _tree_snapshot(root: pathlib.Path) -> dict:
 
 
 def test_there_are_notebooks():
-    assert [p.name for p in NOTEBOOKS] == ["01_quant_layers.ipynb", "02_qat_and_export.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_quant_layers.ipynb",
+        "02_qat_and_export.ipynb",
+        "03_automatic_quantization.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -13,7 +13,7 @@ is not compiled), torch.jit.trace records the quantizers.
 """
 
 import difflib
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
@@ -26,13 +26,17 @@ from brevitas_cpp.quant import Int8ActPerTensorFloat
 __all__ = ["InsertedQuantizers", "QuantizerInsertion"]
 
 
-def _key(scope: str, where: str) -> str:
+def _key(scope: str, where: str, name: str) -> str:
     # ModuleDict keys may not contain dots; scopes have none but may have brackets and slashes.
-    return f"{where}:{scope}"
+    return f"{where}:{scope}:{name}"
 
 
 class InsertedQuantizers(nn.ModuleDict):
-    """The quantizers inserted in a model, keyed ``inputs:<scope>`` / ``output:<scope>``."""
+    """The modules inserted in a model, keyed ``<inputs|output>:<scope>:<name>``. Called, it is
+    the identity: an nn.Sequential model, which calls every child, computes the same with it."""
+
+    def forward(self, x: Any) -> Any:
+        return x
 
     def __prepare_scriptable__(self) -> "InsertedQuantizers":
         raise script_error(
@@ -43,23 +47,21 @@ class InsertedQuantizers(nn.ModuleDict):
 
 
 class _Inserter(TorchFunctionMode):
-    def __init__(self, scopes: ScopeTracker, quantizers: InsertedQuantizers) -> None:
+    def __init__(self, scopes: ScopeTracker, hooks: Dict[Tuple[str, str], List[nn.Module]]) -> None:
         super().__init__()
         self.scopes = scopes
-        self.quantizers = quantizers
+        self.hooks = hooks  # (scope, where) -> modules, in priority order
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if tracing_paused():
             return func(*args, **kwargs)
         scope, _, _ = self.scopes.next_scope(op_name(func))
-        before = self.quantizers._modules.get(_key(scope, "inputs"))
-        if before is not None:
-            args, kwargs = _quantize_activations((args, kwargs), before)
+        for module in self.hooks.get((scope, "inputs"), ()):
+            args, kwargs = _quantize_activations((args, kwargs), module)
         out = func(*args, **kwargs)
-        after = self.quantizers._modules.get(_key(scope, "output"))
-        if after is not None:
-            out = _quantize_activations(out, after)
+        for module in self.hooks.get((scope, "output"), ()):
+            out = _quantize_activations(out, module)
         return out
 
 
@@ -89,6 +91,7 @@ class QuantizerInsertion:
         if not hasattr(model, "inserted_quantizers"):
             model.inserted_quantizers = InsertedQuantizers()
         self.quantizers: InsertedQuantizers = model.inserted_quantizers
+        self._priorities: Dict[str, Tuple[int, int]] = {}
 
     def _check_scope(self, scope: str) -> None:
         if scope not in self._ops:
@@ -96,31 +99,64 @@ class QuantizerInsertion:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise KeyError(f"QuantizerInsertion: no traced operation at scope {scope!r}{hint}")
 
-    def _add(self, scope: str, where: str, act_quant: Any, kwargs: Dict[str, Any]) -> nn.Module:
+    def insert(
+        self, scope: str, where: str, module: nn.Module, priority: int = 0, name: str = "quant"
+    ) -> nn.Module:
+        """Run module on the tensor inputs (where="inputs", parameters excepted) or the output
+        (where="output") of the call at scope. Several algorithms may share a location: their
+        modules run in ascending priority, then in the order inserted."""
         self._check_scope(scope)
-        key = _key(scope, where)
+        if where not in ("inputs", "output"):
+            raise ValueError(
+                f"QuantizerInsertion: where must be 'inputs' or 'output', got {where!r}"
+            )
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"QuantizerInsertion: module must be an nn.Module, got {type(module).__name__}"
+            )
+        if not name or "." in name or ":" in name:
+            raise ValueError(
+                f"QuantizerInsertion: name must be non-empty, without '.' or ':', got {name!r}"
+            )
+        key = _key(scope, where, name)
         if key in self.quantizers:
-            raise ValueError(f"QuantizerInsertion: the {where} of {scope!r} are already quantized")
+            raise ValueError(
+                f"QuantizerInsertion: the {where} of {scope!r} already have a module named {name!r}"
+            )
         if self._mode is not None:
             raise RuntimeError("QuantizerInsertion: add quantizers before apply()")
-        quantizer = QuantIdentity(act_quant=act_quant, **kwargs)
         weight = next(self.model.parameters(), None)
         if weight is not None:
-            quantizer.to(weight.device)
-        self.quantizers[key] = quantizer
-        return quantizer
+            module.to(weight.device)
+        self.quantizers[key] = module
+        self._priorities[key] = (priority, len(self._priorities))
+        return module
 
     def quantize_inputs(
-        self, scope: str, act_quant: Any = Int8ActPerTensorFloat, **kwargs: Any
+        self,
+        scope: str,
+        act_quant: Any = Int8ActPerTensorFloat,
+        priority: int = 0,
+        name: str = "quant",
+        **kwargs: Any,
     ) -> nn.Module:
-        """One quantizer for the tensor inputs (not the parameters) of the call at scope."""
-        return self._add(scope, "inputs", act_quant, kwargs)
+        """One quantizer (a QuantIdentity) for the tensor inputs of the call at scope."""
+        return self.insert(
+            scope, "inputs", QuantIdentity(act_quant=act_quant, **kwargs), priority, name
+        )
 
     def quantize_output(
-        self, scope: str, act_quant: Any = Int8ActPerTensorFloat, **kwargs: Any
+        self,
+        scope: str,
+        act_quant: Any = Int8ActPerTensorFloat,
+        priority: int = 0,
+        name: str = "quant",
+        **kwargs: Any,
     ) -> nn.Module:
-        """A quantizer for the output of the call at scope."""
-        return self._add(scope, "output", act_quant, kwargs)
+        """A quantizer (a QuantIdentity) for the output of the call at scope."""
+        return self.insert(
+            scope, "output", QuantIdentity(act_quant=act_quant, **kwargs), priority, name
+        )
 
     def apply(self) -> nn.Module:
         """From now on every forward of the model runs the inserted quantizers."""
@@ -129,7 +165,11 @@ class QuantizerInsertion:
         inserted = set(id(m) for m in self.quantizers.modules())
         modules = [m for m in self.model.modules() if id(m) not in inserted]
         scopes = ScopeTracker(self.model)
-        mode = _Inserter(scopes, self.quantizers)
+        hooks: Dict[Tuple[str, str], List[nn.Module]] = {}
+        for key in sorted(self._priorities, key=self._priorities.get):
+            where, scope, _ = key.split(":", 2)
+            hooks.setdefault((scope, where), []).append(self.quantizers[key])
+        mode = _Inserter(scopes, hooks)
 
         def enter(module: nn.Module, _args: Any) -> None:
             scopes.reset()

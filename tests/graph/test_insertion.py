@@ -84,7 +84,10 @@ def test_quantizers_are_submodules_and_remove_restores_float():
     x = torch.randn(2, 3, 4, 4)
     float_out = model(x)
     insertion = _inserted(model)
-    assert set(model.inserted_quantizers) == {"inputs:Residual/add_0", "output:Residual/relu_0"}
+    assert set(model.inserted_quantizers) == {
+        "inputs:Residual/add_0:quant",
+        "output:Residual/relu_0:quant",
+    }
     assert all(any(m is q for m in model.modules()) for q in model.inserted_quantizers.values())
     assert not torch.equal(model(x), float_out)
     model(x), model(x)  # past the statistics: the learned scales are in the state_dict
@@ -104,7 +107,7 @@ def test_unknown_scope_names_close_ones():
 def test_twice_and_after_apply_are_refused():
     insertion = QuantizerInsertion(Residual(), torch.randn(1, 3, 4, 4))
     insertion.quantize_inputs("Residual/add_0")
-    with pytest.raises(ValueError, match="already quantized"):
+    with pytest.raises(ValueError, match="already have a module named 'quant'"):
         insertion.quantize_inputs("Residual/add_0")
     insertion.apply()
     with pytest.raises(RuntimeError, match="before apply"):
@@ -139,3 +142,30 @@ def test_no_trace_parts_are_not_counted():
     insertion = QuantizerInsertion(model, torch.randn(1, 3, 4, 4))
     assert "WithBranch/add_0" in insertion._ops
     assert insertion.graph.find("WithBranch/add_0").input_shapes[0] == (1, 3, 4, 4)
+
+
+class Affine(nn.Module):
+    def __init__(self, scale: float, shift: float) -> None:
+        super().__init__()
+        self.scale, self.shift = scale, shift
+
+    def forward(self, x):
+        return x * self.scale + self.shift
+
+
+def test_modules_sharing_a_location_run_by_priority():
+    torch.manual_seed(0)
+    model = Residual()
+    x = torch.randn(2, 3, 4, 4)
+    conv_out = model.conv1(x)
+    insertion = QuantizerInsertion(model, x)
+    # Inserted out of order: priority decides (0 first), then insertion order.
+    insertion.insert("Residual/relu_0", "output", Affine(2.0, 0.0), priority=1, name="double")
+    insertion.insert("Residual/relu_0", "output", Affine(1.0, 1.0), priority=0, name="shift")
+    insertion.insert("Residual/relu_0", "output", Affine(1.0, -3.0), priority=1, name="late")
+    insertion.apply()
+    expected_y = (F.relu(conv_out + x) + 1.0) * 2.0 - 3.0
+    expected = model.fc(expected_y.mean((2, 3)))
+    assert torch.equal(model(x), expected)
+    with pytest.raises(ValueError, match="where must be 'inputs' or 'output'"):
+        QuantizerInsertion(Residual(), x).insert("Residual/relu_0", "before", Affine(1, 0))

@@ -187,3 +187,24 @@ def test_transformer_encoder_linears_are_quantized():
     out = model(x)
     out.sum().backward()
     assert layer.linear1.weight.grad is not None
+
+
+def test_transformer_encoder_residual_adds_get_quantizers():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True)
+    model = nn.Sequential(layer)
+    Quantizer(model).prepare_model()
+    model.train()
+    x = torch.randn(2, 5, 16)
+    graph = trace(model, x)
+    scope = "Sequential/TransformerEncoderLayer[0]"
+    adds = [n.scope for n in graph.nodes if n.module_scope == scope and n.op == "add"]
+    assert adds == [f"{scope}/add_0", f"{scope}/add_1"]  # the two residual connections
+    insertion = QuantizerInsertion(model, x)
+    for add in adds:
+        insertion.quantize_inputs(add)
+    insertion.apply()
+    out = model(x)
+    out.square().mean().backward()
+    assert layer.linear2.weight.grad is not None
+    assert all(q.act_quant.is_quant_enabled for q in model.inserted_quantizers.values())

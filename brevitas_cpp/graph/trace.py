@@ -133,7 +133,8 @@ class ScopeTracker:
         return f"{module_scope}/{op}_{call_index}", module_scope, call_index
 
     def hook(self, modules: List[nn.Module]) -> List[Any]:
-        """Hooks that keep the module stack; returns their handles."""
+        """Hooks that keep the module stack; returns their handles. Script modules get none:
+        they take no hooks, and the calls inside them run compiled, unseen by a mode."""
 
         def enter(module: nn.Module, _args: Any) -> None:
             self.stack.append(self.module_scopes.get(id(module), self.stack[-1]))
@@ -143,6 +144,8 @@ class ScopeTracker:
 
         handles = []
         for module in modules:
+            if isinstance(module, torch.jit.ScriptModule):
+                continue
             handles.append(module.register_forward_pre_hook(enter))
             handles.append(module.register_forward_hook(leave, always_call=True))
         return handles
@@ -205,7 +208,9 @@ def no_trace() -> Iterator[None]:
 
 def trace(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> TracedGraph:
     """The operations one forward of model on the example inputs runs (see the module
-    docstring). Runs under torch.no_grad; the model's modes (train/eval) are as given."""
+    docstring). Runs in eval mode and under torch.no_grad, as NNCF builds its graph, so that
+    tracing changes nothing (no statistics collected, no BatchNorm running average moved); each
+    module's mode is restored after."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"trace: model must be an nn.Module, got {type(model).__name__}")
     recorder = _Recorder(model)
@@ -213,10 +218,14 @@ def trace(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> Trac
         recorder.add_node("input", [], [t])
         recorder.nodes[-1].scope = f"{recorder.scopes.root_name}/input_{i}"
     handles = recorder.scopes.hook(list(model.modules()))
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
     try:
         with torch.no_grad(), recorder:
             model(*example_inputs, **example_kwargs)
     finally:
         for handle in handles:
             handle.remove()
+        for module, training in modes:
+            module.training = training
     return TracedGraph(recorder.nodes)

@@ -59,6 +59,26 @@ def build_model() -> nn.Module:
     )
 
 
+def build_auto_model() -> nn.Module:
+    """build_model's CNN quantized automatically from its float twin (brevitas_cpp.graph: the
+    layers replaced, with the same quantizer settings) and an activation quantizer inserted on
+    the output of the functional flatten."""
+    from brevitas_cpp.graph import Quantizer, QuantizerInsertion
+    from brevitas_cpp.inject.enum import StatsOp
+    from brevitas_cpp.quant import Int8ActPerTensorFloat
+
+    stats = dict(collect_stats_steps=COLLECT_STATS_STEPS, scaling_stats_op=StatsOp.AVE)
+    torch.manual_seed(SEED)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    input_quant = {"input_quant": Int8ActPerTensorFloat}
+    input_quant.update({f"input_{k}": v for k, v in stats.items()})
+    Quantizer(model, overrides={"0": input_quant}, act_kwargs=stats).prepare_model()
+    insertion = QuantizerInsertion(model, torch.zeros(1, 1, 8, 8))
+    insertion.quantize_output("Sequential/Flatten[2]/flatten_0", **stats)
+    insertion.apply()
+    return model
+
+
 def global_batch(step: int) -> Tuple[Tensor, Tensor]:
     """The batch of every rank for ``step``, rank r's shard being rows r*LOCAL_BATCH.."""
     gen = torch.Generator().manual_seed(1000 + step)
@@ -123,6 +143,7 @@ def run(
                 "train": _train_scenario,
                 "resume": _resume_scenario,
                 "ops": _ops_scenario,
+                "auto": _auto_scenario,
             }[scenario](rank, Path(out_dir))
         dist.barrier()
         dist.destroy_process_group()
@@ -216,6 +237,13 @@ def _train_scenario(rank: int, out_dir: Path) -> None:
         )
     train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank), DEVICE)
     torch.save(plain_state(ddp.module), out_dir / f"train_rank{rank}.pt")
+
+
+def _auto_scenario(rank: int, out_dir: Path) -> None:
+    ddp = _ddp(build_auto_model())
+    optimizer = make_optimizer(ddp.parameters())
+    train_steps(ddp, optimizer, range(TOTAL_STEPS), _local_batch(rank), DEVICE)
+    torch.save(plain_state(ddp.module), out_dir / f"auto_rank{rank}.pt")
 
 
 def _resume_scenario(rank: int, out_dir: Path) -> None:

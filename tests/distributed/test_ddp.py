@@ -33,7 +33,7 @@ CHILD_JIT = "1"
 def runs(tmp_path_factory) -> Path:
     """One spawn for (a) and the uninterrupted training, one for the resumed training."""
     out_dir = tmp_path_factory.mktemp("ddp")
-    spawn(out_dir, ("stats", "train"), CHILD_JIT)
+    spawn(out_dir, ("stats", "train", "auto"), CHILD_JIT)
     spawn(out_dir, ("resume",), CHILD_JIT)
     return out_dir
 
@@ -100,3 +100,20 @@ def test_resume_from_checkpoint_matches_uninterrupted(runs):
         _assert_states_equal(
             _load(runs, "resume", rank), uninterrupted, f"resumed rank {rank} vs uninterrupted"
         )
+
+
+def test_auto_quantized_model_trains_under_ddp_as_in_one_process(runs):
+    """brevitas_cpp.graph's replaced layers and inserted quantizer under DDP: replicas equal,
+    and equal to one process on the global batch (statistics averaged over the ranks)."""
+    rank0, rank1 = _load(runs, "auto", 0), _load(runs, "auto", 1)
+    _assert_states_equal(rank0, rank1, "DDP replicas (auto-quantized)")
+    model = worker.build_auto_model()
+    worker.train_steps(
+        model,
+        worker.make_optimizer(model.parameters()),
+        range(worker.TOTAL_STEPS),
+        worker.global_batch,
+    )
+    reference = worker.plain_state(model)
+    assert any(k.startswith("inserted_quantizers.") for k in reference)
+    _assert_states_equal(rank0, reference, "DDP vs single process (auto-quantized)", atol=1e-5)

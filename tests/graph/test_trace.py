@@ -98,3 +98,22 @@ def test_printing_and_dot():
 def test_bad_model():
     with pytest.raises(TypeError, match="model must be an nn.Module"):
         trace(lambda x: x, torch.randn(1))
+
+
+def test_tracing_changes_nothing_in_the_model():
+    from brevitas_cpp.nn import QuantReLU
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), QuantReLU(collect_stats_steps=2))
+    model.train()
+    model[1].eval()  # a mixed mode, restored as it was
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    modes = [m.training for m in model.modules()]
+    counter = model[2].act_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl.counter
+    trace(model, torch.randn(2, 3, 4, 4))
+    assert [m.training for m in model.modules()] == modes
+    assert (
+        model[2].act_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl.counter == counter
+    )
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, state[key]), key

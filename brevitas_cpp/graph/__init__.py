@@ -16,6 +16,7 @@ from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
 from brevitas_cpp.graph.quantizer import Quantizer
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
 from brevitas_cpp.graph.scheduler import (
+    BitWidthRamp,
     CompressionScheduler,
     FreezeBatchNorm,
     FreezeBitWidths,
@@ -26,6 +27,7 @@ from brevitas_cpp.graph.scheduler import (
 from brevitas_cpp.graph.trace import Node, TracedGraph, no_trace, trace
 
 __all__ = [
+    "BitWidthRamp",
     "CompressionScheduler",
     "FreezeBatchNorm",
     "FreezeBitWidths",

@@ -9,16 +9,21 @@ until its ``ending_epoch`` (None: to the end), every ``frequency`` epochs:
   starting epoch, on from it (so no statistics are collected before);
 - ``FreezeBatchNorm``: batch norms in eval from the starting epoch (running statistics kept,
   even after ``model.train()``);
-- ``FreezeScales``, ``FreezeBitWidths``: the learned scales or bit widths stop training.
+- ``FreezeScales``, ``FreezeBitWidths``: the learned scales or bit widths stop training;
+- ``BitWidthRamp``: weight or activation bit widths from start_bits down (or up) to end_bits.
 
 ``state_dict()`` keeps the epoch and the policies; ``load_state_dict`` checks that the policies
 match and applies their state for the loaded epoch, so training resumes where it stopped.
 """
 
+import inspect
 from typing import Any, Dict, List, Mapping, Optional, Type
 
+import torch
 from torch import Tensor, nn
 
+from brevitas_cpp.core.bit_width import BitWidthStatefulConst
+from brevitas_cpp.proxy import ActQuantProxyFromInjectorBase, WeightQuantProxyFromInjectorBase
 from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector
 
 __all__ = [
@@ -26,6 +31,7 @@ __all__ = [
     "FreezeBatchNorm",
     "FreezeBitWidths",
     "FreezeScales",
+    "BitWidthRamp",
     "Policy",
     "QuantizationDelay",
     "POLICIES",
@@ -142,8 +148,75 @@ class FreezeBitWidths(_FreezeParameters):
     markers = ("bit_width_impl",)
 
 
+class BitWidthRamp(Policy):
+    """The bit width of the weight (target="weights") or activation (target="activations")
+    quantizers goes from start_bits at starting_epoch to end_bits at ending_epoch - 1, in
+    rounded linear steps, and stays there. The quantizers need a bit width that can change in
+    place (bit_width_impl_type="stateful_const", a buffer saved with the checkpoint)."""
+
+    def __init__(
+        self,
+        starting_epoch: int,
+        ending_epoch: int,
+        start_bits: int,
+        end_bits: int,
+        target: str = "weights",
+    ) -> None:
+        if ending_epoch is None:
+            raise ValueError("BitWidthRamp: ending_epoch must be given (the end of the ramp)")
+        super().__init__(starting_epoch, ending_epoch)
+        for what, bits in (("start_bits", start_bits), ("end_bits", end_bits)):
+            if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 32:
+                raise ValueError(
+                    f"BitWidthRamp: {what} must be an integer in [1, 32], got {bits!r}"
+                )
+        if target not in ("weights", "activations"):
+            raise ValueError(
+                f"BitWidthRamp: target must be 'weights' or 'activations', got {target!r}"
+            )
+        self.start_bits, self.end_bits, self.target = start_bits, end_bits, target
+
+    def config(self) -> Dict[str, Any]:
+        config = super().config()
+        del config["frequency"]
+        return {
+            **config,
+            "start_bits": self.start_bits,
+            "end_bits": self.end_bits,
+            "target": self.target,
+        }
+
+    def bits_at(self, epoch: int) -> int:
+        steps = max(self.ending_epoch - 1 - self.starting_epoch, 1)
+        fraction = min(max((epoch - self.starting_epoch) / steps, 0.0), 1.0)
+        return round(self.start_bits + (self.end_bits - self.start_bits) * fraction)
+
+    def on_epoch_begin(self, model: nn.Module, epoch: int) -> None:
+        kind = (
+            WeightQuantProxyFromInjectorBase
+            if self.target == "weights"
+            else ActQuantProxyFromInjectorBase
+        )
+        blocks = [
+            block
+            for proxy in _quant_proxies(model)
+            if isinstance(proxy, kind)
+            for block in proxy.modules()
+            if isinstance(block, BitWidthStatefulConst)
+        ]
+        if not blocks:
+            raise RuntimeError(
+                f"BitWidthRamp: no {self.target} quantizer of the model has a bit width that "
+                f"can change in place; build them with bit_width_impl_type='stateful_const'"
+            )
+        with torch.no_grad():
+            for block in blocks:
+                block.bit_width.fill_(self.bits_at(epoch))
+
+
 POLICIES: Dict[str, Type[Policy]] = {
-    cls.__name__: cls for cls in (QuantizationDelay, FreezeBatchNorm, FreezeScales, FreezeBitWidths)
+    cls.__name__: cls
+    for cls in (QuantizationDelay, FreezeBatchNorm, FreezeScales, FreezeBitWidths, BitWidthRamp)
 }
 
 
@@ -173,9 +246,9 @@ class CompressionScheduler:
             try:
                 built.append(POLICIES[name](**entry))
             except TypeError as exc:
+                accepted = ["policy", *list(inspect.signature(POLICIES[name]).parameters)]
                 raise ValueError(
-                    f"policies[{i}] ({name}): {exc}; accepted keys: policy, starting_epoch, "
-                    f"ending_epoch, frequency"
+                    f"policies[{i}] ({name}): {exc}; accepted keys: {', '.join(accepted)}"
                 ) from exc
         return cls(model, built)
 

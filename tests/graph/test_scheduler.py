@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from brevitas_cpp.graph import (
+    BitWidthRamp,
     CompressionScheduler,
     FreezeBatchNorm,
     FreezeBitWidths,
@@ -196,3 +197,52 @@ def test_controller_statistics_loss_and_state():
 def test_controller_before_prepare_is_refused():
     with pytest.raises(RuntimeError, match="prepare_model"):
         Quantizer(nn.Linear(2, 2)).controller()
+
+
+class StatefulBits(Int8WeightPerTensorFloat):
+    bit_width_impl_type = "stateful_const"
+
+
+def test_bit_width_ramp_of_the_weights():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Quantizer(model, bits_weights=8, weight_kwargs={"weight_quant": StatefulBits}).prepare_model()
+    scheduler = CompressionScheduler.from_config(
+        model,
+        [
+            {
+                "policy": "BitWidthRamp",
+                "starting_epoch": 1,
+                "ending_epoch": 5,
+                "start_bits": 8,
+                "end_bits": 4,
+            }
+        ],
+    )
+    # round(8 + (4 - 8) * (epoch - 1) / 3), held at 8 before and 4 after the ramp.
+    expected = [8, 8, round(8 - 4 / 3), round(8 - 8 / 3), 4, 4]
+    seen = []
+    for epoch in range(6):
+        scheduler.on_epoch_begin(epoch)
+        quant = model[0].quant_weight()
+        seen.append(int(quant.bit_width.item()))
+        levels = torch.unique(torch.round(quant.value / quant.scale))
+        assert levels.numel() <= 2 ** seen[-1]
+        model(torch.randn(3, 6)).sum().backward()
+        optimizer.step()
+    assert seen == expected
+    assert model[2].quant_weight().bit_width.item() == 4
+    assert scheduler.state_dict()["policies"][0]["end_bits"] == 4
+
+
+def test_bit_width_ramp_needs_stateful_bit_widths():
+    model = nn.Sequential(nn.Linear(2, 2))
+    Quantizer(model).prepare_model()
+    scheduler = CompressionScheduler(model, [BitWidthRamp(0, 3, 8, 4)])
+    with pytest.raises(RuntimeError, match="bit_width_impl_type='stateful_const'"):
+        scheduler.on_epoch_begin(0)
+    with pytest.raises(ValueError, match="target must be 'weights' or 'activations'"):
+        BitWidthRamp(0, 3, 8, 4, target="bias")
+    with pytest.raises(ValueError, match="start_bits must be an integer"):
+        BitWidthRamp(0, 3, 0, 4)

@@ -13,6 +13,7 @@ from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.insertion import InsertedQuantizers, QuantizerInsertion
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
+from brevitas_cpp.graph.quantize import quantize_model
 from brevitas_cpp.graph.quantizer import Quantizer
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
 from brevitas_cpp.graph.scheduler import (
@@ -46,5 +47,6 @@ __all__ = [
     "default_replacement_factory",
     "load_config",
     "no_trace",
+    "quantize_model",
     "trace",
 ]

@@ -13,7 +13,7 @@ naming it and the accepted ones.
 
 import json
 import pathlib
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Tuple, Union
 
 from brevitas_cpp import quant as quant_module
 
@@ -45,8 +45,11 @@ def _resolve_quantizers(keywords: Mapping[str, Any], where: str) -> Dict[str, An
     return resolved
 
 
-def load_config(source: Union[str, pathlib.Path, Mapping[str, Any]]) -> Dict[str, Any]:
-    """Quantizer keyword arguments from a .json/.yaml/.yml file or a mapping, checked."""
+def load_config(
+    source: Union[str, pathlib.Path, Mapping[str, Any]], extra_keys: Tuple[str, ...] = ()
+) -> Dict[str, Any]:
+    """Quantizer keyword arguments from a .json/.yaml/.yml file or a mapping, checked;
+    extra_keys are accepted too and passed through (quantize_model's insertions)."""
     if isinstance(source, Mapping):
         raw, where = dict(source), "config"
     else:
@@ -67,11 +70,12 @@ def load_config(source: Union[str, pathlib.Path, Mapping[str, Any]]) -> Dict[str
             raise ValueError(f"{where}: a config file ends in .json, .yaml or .yml")
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}: the config must be a mapping, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(CONFIG_KEYS))
+    accepted = (*CONFIG_KEYS, *extra_keys)
+    unknown = sorted(set(raw) - set(accepted))
     if unknown:
         raise ValueError(
             f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; accepted: "
-            f"{', '.join(CONFIG_KEYS)}"
+            f"{', '.join(accepted)}"
         )
     config = dict(raw)
     for key in ("weight_kwargs", "act_kwargs"):

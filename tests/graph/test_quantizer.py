@@ -381,3 +381,53 @@ def test_ignored_and_target_scopes_by_name_scope_and_pattern():
         Quantizer(FloatNet(), ignored_scopes="fc")
     with pytest.raises(ValueError, match=r"target_scopes: '\{re\}\(' is not a regular expression"):
         Quantizer(FloatNet(), target_scopes=["{re}("])
+
+
+def test_quantize_model_from_one_config(tmp_path):
+    """Replacement, insertion and the controller from one file: the functional add of a
+    residual model gets its quantizer, the policies reach the scheduler."""
+    from brevitas_cpp.graph import quantize_model
+
+    class Residual(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 3, padding=1)
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.conv(x) + x)
+
+    path = tmp_path / "quant.json"
+    path.write_text(
+        json.dumps(
+            {
+                "bits_weights": 4,
+                "ignored_scopes": ["relu"],
+                "insertions": [
+                    {
+                        "scope": "Residual/add_0",
+                        "act_quant": "Int8ActPerTensorFloat",
+                        "bit_width": 6,
+                    }
+                ],
+                "policies": [{"policy": "QuantizationDelay", "starting_epoch": 1}],
+            }
+        )
+    )
+    torch.manual_seed(0)
+    model, controller = quantize_model(Residual(), path, torch.randn(1, 3, 4, 4))
+    assert isinstance(model.conv, qnn.QuantConv2d) and type(model.relu) is nn.ReLU
+    (inserted,) = model.inserted_quantizers.values()
+    assert inserted.act_quant.bit_width().item() == 6
+    assert [p["policy"] for p in controller.state_dict()["scheduler"]["policies"]] == [
+        "QuantizationDelay"
+    ]
+    model(torch.randn(2, 3, 4, 4)).sum().backward()
+    with pytest.raises(ValueError, match="insertions need example inputs"):
+        quantize_model(Residual(), {"insertions": [{"scope": "Residual/add_0"}]})
+    with pytest.raises(ValueError, match=r"insertions\[0\]: where must be 'inputs' or 'output'"):
+        quantize_model(
+            Residual(),
+            {"insertions": [{"scope": "Residual/add_0", "where": "x"}]},
+            torch.randn(1, 3, 4, 4),
+        )

@@ -1,0 +1,66 @@
+"""One call from a config to a quantized model: replacement, insertion and the controller.
+
+``quantize_model(model, config, *example_inputs)`` runs the Quantizer with the config's
+arguments, inserts the quantizers its ``insertions`` list (each ``{"scope": ..., "where":
+"inputs" | "output", "act_quant": <name>, ...Brevitas keywords}``, scopes as ``trace`` names
+them) and returns the model and its QuantizationController.
+"""
+
+import pathlib
+from typing import Any, Dict, List, Mapping, Tuple, Union
+
+from torch import nn
+
+from brevitas_cpp import quant as quant_module
+from brevitas_cpp.graph.config import load_config
+from brevitas_cpp.graph.controller import QuantizationController
+from brevitas_cpp.graph.insertion import QuantizerInsertion
+from brevitas_cpp.graph.quantizer import Quantizer
+
+__all__ = ["quantize_model"]
+
+
+def _insertion_kwargs(entry: Mapping[str, Any], index: int) -> Dict[str, Any]:
+    where = f"insertions[{index}]"
+    if not isinstance(entry, Mapping) or "scope" not in entry:
+        raise ValueError(f"{where}: an insertion is a mapping with a 'scope', got {entry!r}")
+    kwargs = dict(entry)
+    act_quant = kwargs.get("act_quant")
+    if isinstance(act_quant, str):
+        if not hasattr(quant_module, act_quant):
+            raise ValueError(
+                f"{where}: act_quant={act_quant!r} is not a quantizer of brevitas_cpp.quant"
+            )
+        kwargs["act_quant"] = getattr(quant_module, act_quant)
+    return kwargs
+
+
+def quantize_model(
+    model: nn.Module,
+    config: Union[str, pathlib.Path, Mapping[str, Any]],
+    *example_inputs: Any,
+    **quantizer_kwargs: Any,
+) -> Tuple[nn.Module, QuantizationController]:
+    """The model quantized as the config says (see the module docstring); quantizer_kwargs
+    (optimizer, replacement_factory, ...) go to the Quantizer."""
+    settings = load_config(config, extra_keys=("insertions",))
+    insertions: List[Mapping[str, Any]] = list(settings.pop("insertions", None) or [])
+    quantizer = Quantizer(model, **{**settings, **quantizer_kwargs})
+    model = quantizer.prepare_model()
+    if insertions:
+        if not example_inputs:
+            raise ValueError("quantize_model: insertions need example inputs to trace the model")
+        insertion = QuantizerInsertion(model, *example_inputs)
+        for i, entry in enumerate(insertions):
+            kwargs = _insertion_kwargs(entry, i)
+            scope, where = kwargs.pop("scope"), kwargs.pop("where", "inputs")
+            if where == "inputs":
+                insertion.quantize_inputs(scope, **kwargs)
+            elif where == "output":
+                insertion.quantize_output(scope, **kwargs)
+            else:
+                raise ValueError(
+                    f"insertions[{i}]: where must be 'inputs' or 'output', got {where!r}"
+                )
+        insertion.apply()
+    return model, quantizer.controller()

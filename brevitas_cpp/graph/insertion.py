@@ -133,30 +133,23 @@ class QuantizerInsertion:
         return module
 
     def quantize_inputs(
-        self,
-        scope: str,
-        act_quant: Any = Int8ActPerTensorFloat,
-        priority: int = 0,
-        name: str = "quant",
-        **kwargs: Any,
+        self, scope: str, act_quant: Any = Int8ActPerTensorFloat, **kwargs: Any
     ) -> nn.Module:
-        """One quantizer (a QuantIdentity) for the tensor inputs of the call at scope."""
-        return self.insert(
-            scope, "inputs", QuantIdentity(act_quant=act_quant, **kwargs), priority, name
-        )
+        """One quantizer (a QuantIdentity of act_quant and Brevitas keywords) for the tensor
+        inputs of the call at scope; priority= and name= as for insert."""
+        return self._quantize(scope, "inputs", act_quant, kwargs)
 
     def quantize_output(
-        self,
-        scope: str,
-        act_quant: Any = Int8ActPerTensorFloat,
-        priority: int = 0,
-        name: str = "quant",
-        **kwargs: Any,
+        self, scope: str, act_quant: Any = Int8ActPerTensorFloat, **kwargs: Any
     ) -> nn.Module:
-        """A quantizer (a QuantIdentity) for the output of the call at scope."""
-        return self.insert(
-            scope, "output", QuantIdentity(act_quant=act_quant, **kwargs), priority, name
-        )
+        """A quantizer for the output of the call at scope (quantize_inputs's arguments)."""
+        return self._quantize(scope, "output", act_quant, kwargs)
+
+    def _quantize(
+        self, scope: str, where: str, act_quant: Any, kwargs: Dict[str, Any]
+    ) -> nn.Module:
+        placement = {k: kwargs.pop(k) for k in ("priority", "name") if k in kwargs}
+        return self.insert(scope, where, QuantIdentity(act_quant=act_quant, **kwargs), **placement)
 
     def apply(self) -> nn.Module:
         """From now on every forward of the model runs the inserted quantizers."""

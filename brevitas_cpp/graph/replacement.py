@@ -30,16 +30,20 @@ def _placement(module: nn.Module) -> Dict[str, object]:
     return {"device": weight.device, "dtype": weight.dtype}
 
 
-def _adopt_parameters(quant: nn.Module, module: nn.Module, *names: str) -> nn.Module:
-    """Give the quant layer the float module's parameters (assigning one re-initialises the
-    quantizer that tracks it)."""
-    for name in names:
-        setattr(quant, name, getattr(module, name))
+def _adopt_parameters(quant: nn.Module, module: nn.Module) -> nn.Module:
+    """Give the quant layer the float module's weight and bias, when it has one (assigning one
+    re-initialises the quantizer that tracks it)."""
+    for name in ("weight", "bias"):
+        if getattr(module, name, None) is not None:
+            setattr(quant, name, getattr(module, name))
     return quant
 
 
 def _conv(quant_class: type) -> Callable[[nn.Module, LayerSettings], nn.Module]:
+    """The builder of a convolution or transposed convolution's quant layer."""
+
     def build(module: nn.Module, settings: LayerSettings) -> nn.Module:
+        transposed = {"output_padding": module.output_padding} if module.transposed else {}
         quant = quant_class(
             module.in_channels,
             module.out_channels,
@@ -50,35 +54,11 @@ def _conv(quant_class: type) -> Callable[[nn.Module, LayerSettings], nn.Module]:
             groups=module.groups,
             padding_mode=module.padding_mode,
             bias=module.bias is not None,
+            **transposed,
             **_placement(module),
             **settings.weight_layer_kwargs(),
         )
-        return _adopt_parameters(
-            quant, module, "weight", *(["bias"] if module.bias is not None else [])
-        )
-
-    return build
-
-
-def _conv_transpose(quant_class: type) -> Callable[[nn.Module, LayerSettings], nn.Module]:
-    def build(module: nn.Module, settings: LayerSettings) -> nn.Module:
-        quant = quant_class(
-            module.in_channels,
-            module.out_channels,
-            module.kernel_size,
-            stride=module.stride,
-            padding=module.padding,
-            output_padding=module.output_padding,
-            dilation=module.dilation,
-            groups=module.groups,
-            padding_mode=module.padding_mode,
-            bias=module.bias is not None,
-            **_placement(module),
-            **settings.weight_layer_kwargs(),
-        )
-        return _adopt_parameters(
-            quant, module, "weight", *(["bias"] if module.bias is not None else [])
-        )
+        return _adopt_parameters(quant, module)
 
     return build
 
@@ -91,9 +71,7 @@ def _linear(module: nn.Linear, settings: LayerSettings) -> nn.Module:
         **_placement(module),
         **settings.weight_layer_kwargs(),
     )
-    return _adopt_parameters(
-        quant, module, "weight", *(["bias"] if module.bias is not None else [])
-    )
+    return _adopt_parameters(quant, module)
 
 
 def _embedding(module: nn.Embedding, settings: LayerSettings) -> nn.Module:
@@ -109,7 +87,7 @@ def _embedding(module: nn.Embedding, settings: LayerSettings) -> nn.Module:
         **_placement(module),
         **{k: v for k, v in kwargs.items() if not k.startswith(("bias_", "input_", "output_"))},
     )
-    return _adopt_parameters(quant, module, "weight")
+    return _adopt_parameters(quant, module)
 
 
 def _relu(module: nn.Module, settings: LayerSettings) -> nn.Module:
@@ -141,9 +119,9 @@ def default_replacement_factory() -> ReplacementFactory:
         nn.Conv1d: _conv(qnn.QuantConv1d),
         nn.Conv2d: _conv(qnn.QuantConv2d),
         nn.Conv3d: _conv(qnn.QuantConv3d),
-        nn.ConvTranspose1d: _conv_transpose(qnn.QuantConvTranspose1d),
-        nn.ConvTranspose2d: _conv_transpose(qnn.QuantConvTranspose2d),
-        nn.ConvTranspose3d: _conv_transpose(qnn.QuantConvTranspose3d),
+        nn.ConvTranspose1d: _conv(qnn.QuantConvTranspose1d),
+        nn.ConvTranspose2d: _conv(qnn.QuantConvTranspose2d),
+        nn.ConvTranspose3d: _conv(qnn.QuantConvTranspose3d),
         nn.Linear: _linear,
         nn.Embedding: _embedding,
         nn.ReLU: _relu,

@@ -279,7 +279,7 @@ class QuantProxyFromInjector(
         return self.input_view_impl(x)
 
     def __prepare_scriptable__(self) -> "QuantProxyFromInjector":
-        """Called by torch.jit.script: refuses what the TorchScript path does not do, and
+        """Called by torch.jit.script: refuses what the scripted forward can not do, and
         returns the proxy itself (see brevitas_cpp.proxy.script)."""
         if self.export_mode:
             raise script_error(self, "export_mode is on", "Leave export mode first.")

@@ -16,7 +16,7 @@ Two things TorchScript would otherwise trip on are handled here:
   it is listed in ``__jit_ignored_attributes__`` *and* defined in the class itself (an
   inherited property that raises, such as per_elem_ops of transposed convolutions, would stop
   torch.jit.script). The properties of the layers and proxies read Python state (injectors,
-  QuantTensors) and the TorchScript paths read attributes instead, so
+  QuantTensors) and the compiled code reads attributes instead, so
   ``ScriptableQuantModule.__init_subclass__`` lists every property of each subclass in both, and
   copies the inherited ones into the subclass (the same property objects: nothing changes in
   eager mode);
@@ -81,7 +81,7 @@ def script_error(module: Any, what: str, fix: str) -> RuntimeError:
 
 class ScriptableQuantModule:
     """Mixin of the layers and proxies: lists every property of each subclass as unused by
-    TorchScript, since the TorchScript paths read attributes only."""
+    TorchScript, since the compiled code reads attributes only."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

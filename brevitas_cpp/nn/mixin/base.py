@@ -196,9 +196,9 @@ class QuantLayerMixin(ScriptableQuantModule):
     """QuantTensor conventions of a quant layer: accepts QuantTensor or Tensor inputs, and
     returns a QuantTensor only when ``return_quant_tensor`` is set.
 
-    Under torch.jit.script a layer takes and returns plain Tensors: its forward has a
-    TorchScript path (see brevitas_cpp.proxy.script), and ``__prepare_scriptable__`` refuses
-    the settings that path does not cover."""
+    Under torch.jit.script a layer takes and returns plain Tensors (its one forward compiles,
+    see brevitas_cpp.proxy.script), and ``__prepare_scriptable__`` refuses the settings that
+    need QuantTensors."""
 
     def __init__(self, return_quant_tensor: bool):
         if not isinstance(return_quant_tensor, bool):
@@ -215,7 +215,7 @@ class QuantLayerMixin(ScriptableQuantModule):
 
     def __prepare_scriptable__(self) -> "QuantLayerMixin":
         """Called by torch.jit.script on every module before compiling: raises for what the
-        TorchScript path does not support, and returns the layer itself (returning another
+        scripted forward can not do with plain Tensors, and returns the layer itself (returning another
         module would silently replace the user's layer in its parent)."""
         if self.return_quant_tensor:
             raise script_error(

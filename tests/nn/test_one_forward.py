@@ -139,7 +139,7 @@ def _train(make, shapes, steps=4):
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_tuple_path_matches_quant_tensor_path_bit_for_bit(name, monkeypatch):
+def test_direct_quant_tuple_calls_match_quant_tensors_bit_for_bit(name, monkeypatch):
     make, shapes = LAYERS[name]
     calls = _count_proxy_forward_calls(monkeypatch)
     fast, fast_state = _train(make, shapes)
@@ -156,7 +156,7 @@ def test_tuple_path_matches_quant_tensor_path_bit_for_bit(name, monkeypatch):
         assert torch.equal(fast_state[key], ref_state[key]), key
 
 
-def test_convtranspose_output_size_reaches_tuple_path():
+def test_convtranspose_output_size_is_an_argument():
     layer = QuantConvTranspose2d(3, 4, 3, stride=2)
     x = torch.randn(1, 3, 5, 5)
     assert layer(x, output_size=[12, 12]).shape[-2:] == (12, 12)
@@ -186,7 +186,7 @@ def test_quant_tensor_requests_take_the_quant_tensor_path(monkeypatch):
 
 
 def test_accumulator_scale_of_a_plain_input_bias():
-    """Int32Bias on the tuple path: the bias is quantized at input scale x weight scale, the
+    """Int32Bias with direct quant_tuple calls: the bias is quantized at input scale x weight scale, the
     scales read from the proxies' tuples (no QuantTensor built)."""
     torch.manual_seed(0)
     linear = QuantLinear(4, 3, bias_quant=Int32Bias, input_quant=Int8ActPerTensorFloat).eval()

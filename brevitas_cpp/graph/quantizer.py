@@ -23,6 +23,7 @@ from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable, OverrideV
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
 from brevitas_cpp.graph.scheduler import CompressionScheduler
 from brevitas_cpp.graph.trace import module_scopes
+from brevitas_cpp.nn.mixin import QuantLayerMixin
 
 __all__ = ["Quantizer"]
 
@@ -149,6 +150,7 @@ class Quantizer:
                 parent_name, _, child = name.rpartition(".")
                 setattr(self.model.get_submodule(parent_name), child, quant)
         self.model = root
+        _disable_fused_fast_paths(root)
         self._report_unused_overrides()
         self._update_optimizer(params_before)
         self.prepared = True
@@ -281,6 +283,18 @@ def _bits(value: Any, what: str) -> int:
             f"Quantizer: {what} must be an integer bit width in [1, 32], got {value!r}"
         )
     return value
+
+
+def _disable_fused_fast_paths(model: nn.Module) -> None:
+    """A TransformerEncoderLayer (and the TransformerEncoder around it) runs a fused kernel in
+    eval mode without gradients that reads linear1/linear2's float weights directly, which
+    would silently skip their quant layers; activation_relu_or_gelu = 0 turns that path off (the
+    activation itself is still applied by the unfused forward)."""
+    for module in model.modules():
+        if isinstance(module, nn.TransformerEncoderLayer) and any(
+            isinstance(child, QuantLayerMixin) for child in (module.linear1, module.linear2)
+        ):
+            module.activation_relu_or_gelu = 0
 
 
 def _inside_replaced(name: str, replaced: Mapping[str, Any]) -> bool:

@@ -208,3 +208,26 @@ def test_transformer_encoder_residual_adds_get_quantizers():
     out.square().mean().backward()
     assert layer.linear2.weight.grad is not None
     assert all(q.act_quant.is_quant_enabled for q in model.inserted_quantizers.values())
+
+
+def test_transformer_fast_path_does_not_skip_the_quantized_linears():
+    """In eval mode without gradients, torch's TransformerEncoderLayer runs a fused kernel on
+    linear1/linear2's float weights; the quantized layer must not take it."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True)
+    float_layer = nn.TransformerEncoderLayer(
+        d_model=16, nhead=2, dim_feedforward=32, batch_first=True
+    )
+    float_layer.load_state_dict(layer.state_dict())
+    encoder = nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+    Quantizer(encoder, bits_weights=2).prepare_model()
+    encoder.eval(), float_layer.eval()
+    x = torch.randn(2, 5, 16)
+    with_grad = encoder(x)
+    with torch.no_grad():
+        without_grad = encoder(x)
+        float_out = float_layer(x)
+    # The attention's own fused kernel (its weights are float) rounds differently: close, and
+    # far from the float layer, whose output the bypass would give exactly.
+    torch.testing.assert_close(without_grad, with_grad.detach(), rtol=0.0, atol=1e-5)
+    assert (without_grad - float_out).abs().max() > 0.05

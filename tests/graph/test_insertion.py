@@ -169,3 +169,16 @@ def test_modules_sharing_a_location_run_by_priority():
     assert torch.equal(model(x), expected)
     with pytest.raises(ValueError, match="where must be 'inputs' or 'output'"):
         QuantizerInsertion(Residual(), x).insert("Residual/relu_0", "before", Affine(1, 0))
+
+
+def test_torch_compile_runs_the_inserted_quantizers():
+    """Dynamo breaks the graph at the mode's calls and runs them as Python: the same outputs."""
+    torch.manual_seed(0)
+    model = Residual()
+    _inserted(model)
+    _train(model, steps=3)  # past the statistics, in eval
+    x = torch.randn(2, 3, 4, 4)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = torch.compile(model, backend="eager")
+        assert torch.equal(compiled(x), model(x))

@@ -128,7 +128,9 @@ class Quantizer:
             if type(module) in self.replacement_factory
         ]
         scopes = module_scopes(self.model)
-        root = self.model
+        # Every replacement is built before any is put in place: an error leaves the model as
+        # it was.
+        swaps: List[Tuple[str, nn.Module]] = []
         for name, module in places:
             addresses = (name, scopes.get(id(module), ""))
             if self.ignored_scopes.selects(*addresses) or (
@@ -144,6 +146,9 @@ class Quantizer:
                 if quant is None:
                     continue
                 new_by_old[id(module)] = quant
+            swaps.append((name, quant))
+        root = self.model
+        for name, quant in swaps:
             if name == "":
                 root = quant
             else:
@@ -157,6 +162,7 @@ class Quantizer:
         return root
 
     def _replacement(self, name: str, module: nn.Module) -> Optional[nn.Module]:
+        """The quant layer for module (not yet in place), or None to keep it in float."""
         settings = self.overrides.settings_for(
             name, self.bits_weights, self.bits_activations, self.weight_kwargs, self.act_kwargs
         )

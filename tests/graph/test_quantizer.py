@@ -171,12 +171,14 @@ def test_unmatched_patterns_and_unused_keywords_are_reported():
 
 
 def test_a_keyword_the_layer_does_not_know_names_module_and_override():
-    model = nn.Sequential(nn.Linear(4, 4))
-    quantizer = Quantizer(model, overrides={"0": {"weight_bit_widht": 4}})
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    quantizer = Quantizer(model, overrides={"2": {"weight_bit_widht": 4}})
     with pytest.raises(
-        TypeError, match=r"replacing 0 \(Linear\) \(override '0'\):.*weight_bit_widht"
+        TypeError, match=r"replacing 2 \(Linear\) \(override '2'\):.*weight_bit_widht"
     ):
         quantizer.prepare_model()
+    # Nothing was put in place: the model is still the float one.
+    assert [type(m) for m in model] == [nn.Linear, nn.ReLU, nn.Linear]
 
 
 @pytest.mark.parametrize(

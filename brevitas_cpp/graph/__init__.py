@@ -11,6 +11,7 @@ package sits above nn, quant and proxy and nothing imports it.
 
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
+from brevitas_cpp.graph.fold import merge_bn
 from brevitas_cpp.graph.insertion import InsertedQuantizers, QuantizerInsertion
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
 from brevitas_cpp.graph.quantize import quantize_model
@@ -46,6 +47,7 @@ __all__ = [
     "TracedGraph",
     "default_replacement_factory",
     "load_config",
+    "merge_bn",
     "no_trace",
     "quantize_model",
     "trace",

@@ -7,7 +7,7 @@ working); the layer's quantizers are rebuilt over them. Exact types only: a subc
 layer may compute something else.
 
 Left in float by default: BatchNorm (in QAT it keeps normalising with batch statistics; fold it
-first with brevitas_cpp.nn.utils.merge_bn to quantize it), MaxPool (it keeps its input's
+first with brevitas_cpp.graph.merge_bn), MaxPool (it keeps its input's
 quantization) and the average poolings (their requantization needs QuantTensor inputs, which the
 replaced layers do not return by default).
 """

@@ -9,6 +9,7 @@ addresses, and ``QuantizerInsertion`` puts activation quantizers at any traced c
 package sits above nn, quant and proxy and nothing imports it.
 """
 
+from brevitas_cpp.graph.calibrate import bias_correction_mode, calibrate, calibration_mode
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.fold import merge_bn
@@ -29,6 +30,9 @@ from brevitas_cpp.graph.scheduler import (
 from brevitas_cpp.graph.trace import Node, TracedGraph, no_trace, trace
 
 __all__ = [
+    "bias_correction_mode",
+    "calibrate",
+    "calibration_mode",
     "BitWidthRamp",
     "CompressionScheduler",
     "FreezeBatchNorm",

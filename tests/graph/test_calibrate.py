@@ -1,0 +1,99 @@
+"""Calibration and bias correction (brevitas_cpp.graph.calibrate), against statistics and
+errors computed by hand in the test."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from brevitas_cpp import nn as qnn
+from brevitas_cpp.graph import bias_correction_mode, calibrate, calibration_mode
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.BatchNorm1d(6),
+        # The running maximum of the ReLU's output, averaged over batches (no momentum).
+        qnn.QuantReLU(scaling_stats_op="max", scaling_stats_momentum=None, collect_stats_steps=10),
+    )
+
+
+def test_calibration_collects_in_float_then_fixes_the_scale():
+    model = _model().train()
+    bn_state = {k: v.clone() for k, v in model[0].state_dict().items()}
+    batches = [
+        torch.randn(16, 6, generator=torch.Generator().manual_seed(i)) * (i + 1) for i in range(3)
+    ]
+    expected_max = []
+    with calibration_mode(model):
+        assert not torch.is_grad_enabled()
+        for x in batches:
+            out = model(x)
+            float_out = F.relu(
+                F.batch_norm(
+                    x, model[0].running_mean, model[0].running_var, model[0].weight, model[0].bias
+                )
+            )
+            assert torch.equal(out, float_out)  # float inside
+            expected_max.append(float_out.max())
+    assert model.training and model[0].training  # modes restored
+    for key, value in model[0].state_dict().items():
+        assert torch.equal(value, bn_state[key]), key  # BatchNorm frozen while calibrating
+    scale = model[1].act_quant.scale()
+    assert torch.allclose(scale * 255, torch.stack(expected_max).mean(), rtol=1e-6, atol=0)
+    # Fixed: a training step after calibration quantizes with it, and collects nothing more.
+    x = torch.randn(8, 6) * 10
+    y = model(x)
+    assert torch.allclose(
+        torch.unique(torch.round(y / scale)), torch.unique(torch.round(y / scale))
+    )
+    assert y.max() <= scale * 255 * (1 + 1e-6)
+
+
+def test_calibrate_runs_batches_and_stops_at_max_batches():
+    model = _model().eval()
+    data = [(torch.randn(4, 6), torch.zeros(4)) for _ in range(5)]
+    assert calibrate(model, data, max_batches=3, progress=False) == 3
+    assert not model.training
+
+
+def test_an_error_inside_restores_the_model_and_fixes_nothing():
+    model = _model().train()
+    with pytest.raises(ValueError, match="boom"):
+        with calibration_mode(model):
+            model(torch.randn(4, 6))
+            raise ValueError("boom")
+    assert model.training
+    scaling = model[1].act_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl
+    assert scaling.counter == 1  # not moved past the statistics
+
+
+def test_bias_correction_removes_the_mean_error_of_the_weight_quantization():
+    torch.manual_seed(0)
+    layer = qnn.QuantLinear(16, 4, bias=True, weight_bit_width=2)
+    calib = torch.randn(256, 16) + 2.0  # a non-zero input mean makes the weight error biased
+    held_out = torch.randn(256, 16) + 2.0
+
+    def mean_error(x):
+        with torch.no_grad():
+            return (F.linear(x, layer.weight, layer.bias) - layer(x)).mean(0)
+
+    float_bias = layer.bias.detach().clone()
+    before = mean_error(held_out)
+    with bias_correction_mode(layer):
+        for chunk in calib.split(64):
+            layer(chunk)
+    # The correction written out: the mean over the calibration data of (W - Wq) x.
+    w_q = layer.quant_weight().value
+    expected = F.linear(calib, layer.weight.detach() - w_q).mean(0)
+    assert torch.allclose(layer.bias - float_bias, expected, rtol=1e-5, atol=1e-6)
+    after = (F.linear(held_out, layer.weight, float_bias) - layer(held_out)).mean(0).detach()
+    assert after.abs().max() < before.abs().max() / 5
+
+
+def test_bias_correction_creates_a_missing_bias():
+    layer = qnn.QuantConv2d(2, 3, 3, bias=False, weight_bit_width=2)
+    with bias_correction_mode(layer):
+        layer(torch.randn(2, 2, 6, 6) + 1.0)
+    assert layer.bias is not None and layer.bias.shape == (3,)

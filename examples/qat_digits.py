@@ -159,6 +159,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument(
+        "--ptq",
+        action="store_true",
+        help="also quantize without training: calibration of the activation scales and bias "
+        "correction over one pass of the training images (brevitas_cpp.graph.calibrate)",
+    )
+    parser.add_argument(
         "--auto",
         action="store_true",
         help="also quantize the float CNN automatically (brevitas_cpp.graph.Quantizer, the same "
@@ -329,6 +335,26 @@ def auto_quant_net(float_model: nn.Module, bits: BitConfig, collect_stats_steps:
         act_kwargs=dict(collect_stats_steps=collect_stats_steps),
     )
     return quantizer.prepare_model()
+
+
+def post_training_quantize(
+    qnn, bits: BitConfig, float_state, data: Digits, steps: int, seed: int, device
+) -> Tuple[float, float]:
+    """quant_net with the float weights, without training: test accuracy after its activation
+    scales are calibrated in float over `steps` training batches, then after its biases are
+    also corrected over the same batches."""
+    from brevitas_cpp.graph import bias_correction_mode, calibration_mode
+
+    model = quant_net(qnn, bits, steps).to(device)
+    model.load_state_dict(float_state)
+    accuracies = []
+    for mode in (calibration_mode, bias_correction_mode):
+        generator = torch.Generator().manual_seed(seed)
+        with mode(model):
+            for index in batches(len(data.y_train), generator)[:steps]:
+                model(data.x_train[index])
+        accuracies.append(accuracy(model, data.x_test, data.y_test))
+    return accuracies[0], accuracies[1]
 
 
 def size_bits(model: nn.Module, weight_bits: int) -> int:
@@ -566,7 +592,26 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
             model, data.x_test, args.out / f"qat_digits_{file_name}.pt"
         )
 
+    ptq: Dict[str, Dict[str, float]] = {}
+    if args.ptq:
+        for bits in args.bits:
+            torch.manual_seed(args.seed)
+            calibrated, corrected = post_training_quantize(
+                qnn, bits, float_state, data, calibration_steps, args.seed, device
+            )
+            ptq[bits.name] = {"calibration": calibrated, "bias_correction": corrected}
     report = table(results, float_result)
+    if ptq:
+        report += (
+            "\n\n| model | PTQ: calibration (%) | PTQ: + bias correction (%) | QAT (%) |"
+            "\n| --- | ---: | ---: | ---: |"
+        )
+        qat = {r.name: r.accuracy for r in results}
+        for name, value in ptq.items():
+            report += (
+                f"\n| {name} | {value['calibration']:.2f} | {value['bias_correction']:.2f} | "
+                f"{qat[name]:.2f} |"
+            )
     print("\n" + report + "\n")
     for name, export in exports.items():
         print(
@@ -594,6 +639,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
             }
             for r in results
         },
+        "ptq": ptq,
         "jit": jit,
         "device": str(device),
         "wall_s": time.perf_counter() - started,

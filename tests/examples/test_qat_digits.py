@@ -167,3 +167,19 @@ def test_auto_quantized_model_trains_as_the_hand_built_one(qat_digits, tmp_path)
     assert auto["size_bits"] == hand["size_bits"]
     assert auto["reloaded_equal"] is True
     assert Path(auto["path"]) == tmp_path / "qat_digits_w4a4_auto.pt"
+
+
+def test_ptq_reports_calibration_and_bias_correction(qat_digits, tmp_path):
+    """--ptq: post-training quantization next to QAT, from brevitas_cpp.graph.calibrate."""
+    argv = ["--epochs", "1", "--float-epochs", "3", "--subset", str(SUBSET), "--bits", "8"]
+    argv += ["--out", str(tmp_path), "--no-progress", "--ptq"]
+    if config.JIT_ENABLED:
+        argv.append("--jit")
+    summary = qat_digits.main(argv)
+    ptq = summary["ptq"]["W8A8"]
+    assert set(ptq) == {"calibration", "bias_correction"}
+    # 8-bit post-training quantization stays near the float model (12.5 points: a few of the
+    # subset's test images).
+    for value in ptq.values():
+        assert abs(value - summary["float"]["accuracy"]) <= 12.5
+    assert "| W8A8 |" in (tmp_path / "qat_digits_results.md").read_text().split("QAT (%) |")[1]

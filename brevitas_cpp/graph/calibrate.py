@@ -15,7 +15,7 @@ collected over data with the model in float, bias correction, and BatchNorm fold
 """
 
 import contextlib
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +25,7 @@ from brevitas_cpp.core.scaling import ParameterFromRuntimeStatsScaling
 from brevitas_cpp.core.zero_point import ParameterFromRuntimeZeroPoint
 from brevitas_cpp.function.shape import accumulator_channel_dim
 from brevitas_cpp.graph.fold import merge_bn
+from brevitas_cpp.graph.trace import evaluating
 from brevitas_cpp.nn.quant_layer import QuantWeightBiasInputOutputLayer
 from brevitas_cpp.proxy import ActQuantProxyFromInjectorBase
 from brevitas_cpp.quant_tensor import _unpack_quant_tensor
@@ -45,32 +46,18 @@ def calibration_mode(model: nn.Module) -> Iterator[nn.Module]:
         for m in model.modules()
         if isinstance(m, ActQuantProxyFromInjectorBase) and m.is_quant_enabled
     ]
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    handles = []
-    for proxy in proxies:
-        proxy.train()
-        handles.append(proxy.register_forward_hook(_float_output))
-    try:
-        with torch.no_grad():
-            yield model
-    except BaseException:
-        _restore(handles, modes)
-        raise
-    _restore(handles, modes)
+    handles = [proxy.register_forward_hook(_float_output) for proxy in proxies]
+    # An error inside leaves through evaluating's cleanup and skips the fixing below.
+    with evaluating(model, handles):
+        for proxy in proxies:
+            proxy.train()
+        yield model
     for module in model.modules():
         # Only blocks that saw data: an empty running statistic would become a zero scale.
         if isinstance(module, ParameterFromRuntimeStatsScaling) and module.counter > 0:
             module.init_scale()
         elif isinstance(module, ParameterFromRuntimeZeroPoint) and module.counter > 0:
             module.init_zp()
-
-
-def _restore(handles: List[Any], modes: List[Any]) -> None:
-    for handle in handles:
-        handle.remove()
-    for module, training in modes:
-        module.training = training
 
 
 def calibrate(
@@ -129,16 +116,8 @@ def bias_correction_mode(model: nn.Module) -> Iterator[nn.Module]:
         for m in model.modules()
         if isinstance(m, QuantWeightBiasInputOutputLayer) and m.weight_quant.is_quant_enabled
     ]
-    errors: Dict[int, _BiasError] = {id(m): _BiasError(m) for m in layers}
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    handles = [m.register_forward_hook(errors[id(m)]) for m in layers]
-    try:
-        with torch.no_grad():
-            yield model
-    except BaseException:
-        _restore(handles, modes)
-        raise
-    _restore(handles, modes)
-    for error in errors.values():
+    errors = [_BiasError(m) for m in layers]
+    with evaluating(model, [m.register_forward_hook(e) for m, e in zip(layers, errors)]):
+        yield model
+    for error in errors:
         error.correct()

@@ -20,7 +20,15 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["Node", "ScopeTracker", "TracedGraph", "module_scopes", "no_trace", "trace"]
+__all__ = [
+    "Node",
+    "ScopeTracker",
+    "TracedGraph",
+    "evaluating",
+    "module_scopes",
+    "no_trace",
+    "trace",
+]
 
 _state = threading.local()
 
@@ -197,6 +205,22 @@ class _Recorder(TorchFunctionMode):
 
 
 @contextlib.contextmanager
+def evaluating(model: nn.Module, handles: List[Any]) -> Iterator[None]:
+    """The model in eval mode and without gradients; on leaving, however it is left, the hook
+    handles are removed and every module's mode is restored."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, training in modes:
+            module.training = training
+
+
+@contextlib.contextmanager
 def no_trace() -> Iterator[None]:
     """Operations inside are run but not recorded (e.g. a data-dependent branch)."""
     _state.paused = getattr(_state, "paused", 0) + 1
@@ -217,15 +241,6 @@ def trace(model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> Trac
     for i, t in enumerate(tensors_of((example_inputs, example_kwargs))):
         recorder.add_node("input", [], [t])
         recorder.nodes[-1].scope = f"{recorder.scopes.root_name}/input_{i}"
-    handles = recorder.scopes.hook(list(model.modules()))
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad(), recorder:
-            model(*example_inputs, **example_kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-        for module, training in modes:
-            module.training = training
+    with evaluating(model, recorder.scopes.hook(list(model.modules()))), recorder:
+        model(*example_inputs, **example_kwargs)
     return TracedGraph(recorder.nodes)

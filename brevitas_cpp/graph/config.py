@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Tuple, Union
 
 from brevitas_cpp import quant as quant_module
 
-__all__ = ["load_config", "CONFIG_KEYS"]
+__all__ = ["load_config", "resolve_quantizers", "CONFIG_KEYS"]
 
 CONFIG_KEYS = (
     "bits_weights",
@@ -31,7 +31,9 @@ CONFIG_KEYS = (
 )
 
 
-def _resolve_quantizers(keywords: Mapping[str, Any], where: str) -> Dict[str, Any]:
+def resolve_quantizers(keywords: Mapping[str, Any], where: str) -> Dict[str, Any]:
+    """keywords with each quantizer given by name (a key ending in _quant) made the class of
+    brevitas_cpp.quant it names; an unknown name is an error naming where."""
     resolved = {}
     for key, value in keywords.items():
         if key.endswith("_quant") and isinstance(value, str):
@@ -80,12 +82,12 @@ def load_config(
     config = dict(raw)
     for key in ("weight_kwargs", "act_kwargs"):
         if key in config:
-            config[key] = _resolve_quantizers(config[key], f"{where}: {key}")
+            config[key] = resolve_quantizers(config[key], f"{where}: {key}")
     if "overrides" in config:
         overrides = {}
         for pattern, value in config["overrides"].items():
             if isinstance(value, Mapping):
-                value = _resolve_quantizers(value, f"{where}: overrides[{pattern!r}]")
+                value = resolve_quantizers(value, f"{where}: overrides[{pattern!r}]")
             overrides[pattern] = value
         config["overrides"] = overrides
     return config

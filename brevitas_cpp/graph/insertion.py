@@ -91,7 +91,8 @@ class QuantizerInsertion:
         if not hasattr(model, "inserted_quantizers"):
             model.inserted_quantizers = InsertedQuantizers()
         self.quantizers: InsertedQuantizers = model.inserted_quantizers
-        self._priorities: Dict[str, Tuple[int, int]] = {}
+        # key -> (priority, insertion order, scope, where): apply() orders and groups by these.
+        self._placements: Dict[str, Tuple[int, int, str, str]] = {}
 
     def _check_scope(self, scope: str) -> None:
         if scope not in self._ops:
@@ -129,7 +130,7 @@ class QuantizerInsertion:
         if weight is not None:
             module.to(weight.device)
         self.quantizers[key] = module
-        self._priorities[key] = (priority, len(self._priorities))
+        self._placements[key] = (priority, len(self._placements), scope, where)
         return module
 
     def quantize_inputs(
@@ -159,8 +160,7 @@ class QuantizerInsertion:
         modules = [m for m in self.model.modules() if id(m) not in inserted]
         scopes = ScopeTracker(self.model)
         hooks: Dict[Tuple[str, str], List[nn.Module]] = {}
-        for key in sorted(self._priorities, key=self._priorities.get):
-            where, scope, _ = key.split(":", 2)
+        for key, (_, _, scope, where) in sorted(self._placements.items(), key=lambda kv: kv[1]):
             hooks.setdefault((scope, where), []).append(self.quantizers[key])
         mode = _Inserter(scopes, hooks)
 

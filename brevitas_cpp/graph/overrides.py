@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-__all__ = ["LayerSettings", "OverrideTable", "OverrideValue"]
+__all__ = ["LayerSettings", "OverrideTable", "OverrideValue", "check_bit_width"]
 
 OverrideValue = Union[None, int, Mapping[str, Any]]
 _BIT_KEYS = ("bits_weights", "bits_activations")
@@ -56,7 +56,8 @@ class LayerSettings:
         return {"bit_width": self.bits_activations, **self.act_defaults, **taken}
 
 
-def _check_bits(value: Any, what: str) -> int:
+def check_bit_width(value: Any, what: str) -> int:
+    """value, if it is an integer bit width in [1, 32]; a ValueError naming what otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
         raise ValueError(f"{what} must be an integer bit width in [1, 32], got {value!r}")
     return value
@@ -86,9 +87,9 @@ class OverrideTable:
         if isinstance(value, Mapping):
             for key in _BIT_KEYS:
                 if key in value:
-                    _check_bits(value[key], f"overrides[{pattern!r}][{key!r}]")
+                    check_bit_width(value[key], f"overrides[{pattern!r}][{key!r}]")
             return
-        _check_bits(value, f"overrides[{pattern!r}]")
+        check_bit_width(value, f"overrides[{pattern!r}]")
 
     def match(self, name: str) -> Optional[Tuple[str, OverrideValue]]:
         """(pattern, value) of the first pattern matching the whole name, or None."""

@@ -11,8 +11,7 @@ from typing import Any, Dict, List, Mapping, Tuple, Union
 
 from torch import nn
 
-from brevitas_cpp import quant as quant_module
-from brevitas_cpp.graph.config import load_config
+from brevitas_cpp.graph.config import load_config, resolve_quantizers
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.insertion import QuantizerInsertion
 from brevitas_cpp.graph.quantizer import Quantizer
@@ -24,15 +23,7 @@ def _insertion_kwargs(entry: Mapping[str, Any], index: int) -> Dict[str, Any]:
     where = f"insertions[{index}]"
     if not isinstance(entry, Mapping) or "scope" not in entry:
         raise ValueError(f"{where}: an insertion is a mapping with a 'scope', got {entry!r}")
-    kwargs = dict(entry)
-    act_quant = kwargs.get("act_quant")
-    if isinstance(act_quant, str):
-        if not hasattr(quant_module, act_quant):
-            raise ValueError(
-                f"{where}: act_quant={act_quant!r} is not a quantizer of brevitas_cpp.quant"
-            )
-        kwargs["act_quant"] = getattr(quant_module, act_quant)
-    return kwargs
+    return resolve_quantizers(entry, where)
 
 
 def quantize_model(

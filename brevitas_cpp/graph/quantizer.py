@@ -19,7 +19,12 @@ from torch import nn
 
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
-from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable, OverrideValue
+from brevitas_cpp.graph.overrides import (
+    LayerSettings,
+    OverrideTable,
+    OverrideValue,
+    check_bit_width,
+)
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
 from brevitas_cpp.graph.scheduler import CompressionScheduler
 from brevitas_cpp.graph.trace import module_scopes
@@ -85,8 +90,8 @@ class Quantizer:
                 f"{type(optimizer).__name__}"
             )
         self.model = model
-        self.bits_activations = _bits(bits_activations, "bits_activations")
-        self.bits_weights = _bits(bits_weights, "bits_weights")
+        self.bits_activations = check_bit_width(bits_activations, "Quantizer: bits_activations")
+        self.bits_weights = check_bit_width(bits_weights, "Quantizer: bits_weights")
         self.overrides = OverrideTable(overrides)
         self.weight_kwargs = dict(weight_kwargs or {})
         self.act_kwargs = dict(act_kwargs or {})
@@ -281,14 +286,6 @@ class ScopeSelection:
 
     def unmatched(self) -> List[str]:
         return [entry for entry, _ in self._entries if entry not in self._matched]
-
-
-def _bits(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
-        raise ValueError(
-            f"Quantizer: {what} must be an integer bit width in [1, 32], got {value!r}"
-        )
-    return value
 
 
 def _disable_fused_fast_paths(model: nn.Module) -> None:

@@ -90,8 +90,13 @@ def _embedding(module: nn.Embedding, settings: LayerSettings) -> nn.Module:
     return _adopt_parameters(quant, module)
 
 
-def _relu(module: nn.Module, settings: LayerSettings) -> nn.Module:
-    return qnn.QuantReLU(**settings.act_layer_kwargs())
+def _activation(quant_class: type) -> Callable[[nn.Module, LayerSettings], nn.Module]:
+    """The builder of an activation without hyper-parameters of its own."""
+
+    def build(module: nn.Module, settings: LayerSettings) -> nn.Module:
+        return quant_class(**settings.act_layer_kwargs())
+
+    return build
 
 
 def _relu6(module: nn.Module, settings: LayerSettings) -> nn.Module:
@@ -105,14 +110,6 @@ def _hardtanh(module: nn.Hardtanh, settings: LayerSettings) -> nn.Module:
     return qnn.QuantHardTanh(**{**bounds, **settings.act_layer_kwargs()})
 
 
-def _sigmoid(module: nn.Module, settings: LayerSettings) -> nn.Module:
-    return qnn.QuantSigmoid(**settings.act_layer_kwargs())
-
-
-def _tanh(module: nn.Module, settings: LayerSettings) -> nn.Module:
-    return qnn.QuantTanh(**settings.act_layer_kwargs())
-
-
 def default_replacement_factory() -> ReplacementFactory:
     """A new dict (callers may change it): the float types brevitas_cpp.nn has layers for."""
     return {
@@ -124,9 +121,9 @@ def default_replacement_factory() -> ReplacementFactory:
         nn.ConvTranspose3d: _conv(qnn.QuantConvTranspose3d),
         nn.Linear: _linear,
         nn.Embedding: _embedding,
-        nn.ReLU: _relu,
+        nn.ReLU: _activation(qnn.QuantReLU),
         nn.ReLU6: _relu6,
         nn.Hardtanh: _hardtanh,
-        nn.Sigmoid: _sigmoid,
-        nn.Tanh: _tanh,
+        nn.Sigmoid: _activation(qnn.QuantSigmoid),
+        nn.Tanh: _activation(qnn.QuantTanh),
     }

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from brevitas_cpp.core.bit_width import BitWidthStatefulConst
+from brevitas_cpp.graph.overrides import check_bit_width
 from brevitas_cpp.proxy import ActQuantProxyFromInjectorBase, WeightQuantProxyFromInjectorBase
 from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector
 
@@ -165,11 +166,8 @@ class BitWidthRamp(Policy):
         if ending_epoch is None:
             raise ValueError("BitWidthRamp: ending_epoch must be given (the end of the ramp)")
         super().__init__(starting_epoch, ending_epoch)
-        for what, bits in (("start_bits", start_bits), ("end_bits", end_bits)):
-            if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 32:
-                raise ValueError(
-                    f"BitWidthRamp: {what} must be an integer in [1, 32], got {bits!r}"
-                )
+        check_bit_width(start_bits, "BitWidthRamp: start_bits")
+        check_bit_width(end_bits, "BitWidthRamp: end_bits")
         if target not in ("weights", "activations"):
             raise ValueError(
                 f"BitWidthRamp: target must be 'weights' or 'activations', got {target!r}"

@@ -39,10 +39,12 @@ EXPECTED_OPS = {
     "_clamped_binary_quant_backward",
     "ternary_quant",
     "_ternary_quant_backward",
+    "quantization_int8",
+    "_quantization_int8_backward",
 }
 # The statistics average over ranks: device-generic kernels (CompositeExplicitAutograd, on c10d
 # collectives) plus Meta and Autograd; and its process-wide switch (no tensor arguments).
-COMPOSITE_OPS = {"stats_all_reduce_mean", "_all_reduce_mean"}
+COMPOSITE_OPS = {"stats_all_reduce_mean", "_all_reduce_mean", "_all_reduce_max"}
 STATE_OPS = {"_set_stats_sync", "_get_stats_sync"}
 
 

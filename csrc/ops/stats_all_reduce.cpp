@@ -39,6 +39,11 @@ at::Tensor _all_reduce_mean(const at::Tensor& x, c10::string_view group_name) {
   return op.call(x, group_name);
 }
 
+at::Tensor _all_reduce_max(const at::Tensor& x, c10::string_view group_name) {
+  static auto op = op_handle<decltype(_all_reduce_max)>("brevitas_cpp::_all_reduce_max");
+  return op.call(x, group_name);
+}
+
 StatsSync get_stats_sync() {
   std::lock_guard<std::mutex> lock(g_stats_sync_mutex);
   return g_stats_sync;
@@ -56,6 +61,7 @@ void set_stats_sync(const StatsSync& state) {
 TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {
   m.def("stats_all_reduce_mean(Tensor x) -> Tensor");
   m.def("_all_reduce_mean(Tensor x, str group_name) -> Tensor");
+  m.def("_all_reduce_max(Tensor x, str group_name) -> Tensor");
   // Conservative aliasing: TorchScript must neither drop the setter (no outputs) nor
   // constant-fold the getter (no inputs); both touch process state.
   m.def(

@@ -20,6 +20,10 @@ at::Tensor stats_all_reduce_mean(const at::Tensor& x);
 // number; its backward is the same op on the incoming gradient.
 at::Tensor _all_reduce_mean(const at::Tensor& x, c10::string_view group_name);
 
+// The elementwise maximum over the ranks of the group (quantization_int8's activation
+// threshold: replicas must agree on it). Not differentiable: statistics are buffers.
+at::Tensor _all_reduce_max(const at::Tensor& x, c10::string_view group_name);
+
 // torch.distributed names the default (world) group "0"; the auto mode averages over it
 // whenever it is registered, and is a single process otherwise.
 inline constexpr char kWorldGroupName[] = "0";

@@ -6,6 +6,7 @@
 #include "ops/stats_all_reduce.h"
 
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <string>
@@ -38,6 +39,8 @@ at::Tensor all_reduce_mean_autograd(const at::Tensor& x, c10::string_view group_
 
 TORCH_LIBRARY_IMPL(brevitas_cpp, Autograd, m) {
   m.impl("_all_reduce_mean", TORCH_FN(all_reduce_mean_autograd));
+  // A maximum of statistics: no gradient flows through it (an error if one is asked for).
+  m.impl("_all_reduce_max", torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace brevitas_cpp::autograd

@@ -73,6 +73,23 @@ inline Vec<T> round_as(const Vec<T>& x) {
   }
 }
 
+// scalar_math::symmetric_quant, lane by lane: the clamp as where(r > q, q, r), then
+// where(. < -q, -q, .), so NaN stays NaN.
+template <typename T>
+inline Vec<T> symmetric_quant(const Vec<T>& x, const Vec<T>& s, T quant_max) {
+  const Vec<T> zero(T(0)), hi(quant_max), lo(-quant_max);
+  const Vec<T> r = (x / s).round();  // half to even
+  const Vec<T> c1 = Vec<T>::blendv(r, hi, r > hi);
+  const Vec<T> q = Vec<T>::blendv(c1, lo, c1 < lo) * s;
+  return Vec<T>::blendv(q, keep_nan<T>(zero, x), s == zero);
+}
+
+// scalar_math::clip_window_grad, lane by lane.
+template <typename T>
+inline Vec<T> clip_window_grad(const Vec<T>& g, const Vec<T>& x, const Vec<T>& t) {
+  return Vec<T>::blendv(g, Vec<T>(T(0)), x.abs() > t);
+}
+
 }  // namespace CPU_CAPABILITY
 }  // namespace vec_math
 

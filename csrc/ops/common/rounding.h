@@ -126,5 +126,22 @@ C10_HOST_DEVICE inline T round_as(T x) {
   }
 }
 
+// quantization_int8's quantizer: clamp(round_half_even(x / s), -q, q) * s, each step rounded to
+// T, the clamp keeping NaN; a zero scale (a zero threshold) gives +0, NaN staying NaN.
+template <typename T>
+C10_HOST_DEVICE inline T symmetric_quant(T x, T s, T quant_max) {
+  if (s == T(0)) return isnan_of(x) ? x : T(0);
+  T r = rint_of(static_cast<T>(x / s));
+  r = r > quant_max ? quant_max : r;
+  r = r < -quant_max ? static_cast<T>(-quant_max) : r;
+  return static_cast<T>(r * s);
+}
+
+// quantization_int8's "clip" gradient: g where !(|x| > t) (NaN x passes), else 0.
+template <typename T>
+C10_HOST_DEVICE inline T clip_window_grad(T g, T x, T t) {
+  return abs_of(x) > t ? T(0) : g;
+}
+
 }  // namespace scalar_math
 }  // namespace brevitas_cpp

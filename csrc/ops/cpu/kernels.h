@@ -44,7 +44,13 @@
   at::Tensor ternary_quant_cpu(const at::Tensor& x, const at::Tensor& scale, double threshold);                \
   std::tuple<at::Tensor, at::Tensor> ternary_quant_backward_cpu(const at::Tensor& grad, const at::Tensor& x,   \
                                                                 const at::Tensor& scale, double threshold,     \
-                                                                std::array<bool, 2> output_mask);
+                                                                std::array<bool, 2> output_mask);              \
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> quantization_int8_cpu(                                        \
+      const at::Tensor& x, at::Tensor& threshold, at::Tensor& iteration, int64_t nbits, bool is_weight,        \
+      std::optional<int64_t> channel_axis, double ema_decay, int64_t delay_quant, c10::string_view grad_mode,  \
+      c10::string_view quant_mode, bool training);                                                             \
+  at::Tensor quantization_int8_backward_cpu(const at::Tensor& grad, const at::Tensor& x,                       \
+                                            const at::Tensor& clip_threshold);
 
 namespace brevitas_cpp::cpu {
 namespace DEFAULT {

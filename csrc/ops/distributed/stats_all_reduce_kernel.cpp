@@ -16,6 +16,7 @@ namespace {
 
 constexpr char kPublicOp[] = "stats_all_reduce_mean";
 constexpr char kCollectiveOp[] = "_all_reduce_mean";
+constexpr char kMaxOp[] = "_all_reduce_max";
 
 // The group registered under `name`, or null when none is (resolve_process_group throws).
 c10::intrusive_ptr<c10d::ProcessGroup> try_resolve(const std::string& name) {
@@ -44,6 +45,18 @@ at::Tensor all_reduce_mean_kernel(const at::Tensor& x, c10::string_view group_na
   std::vector<at::Tensor> tensors{total};
   group->allreduce(tensors)->wait();  // AllreduceOptions() reduces with SUM
   return total.div_(group->getSize());
+}
+
+// The elementwise maximum over the group's ranks, of a contiguous copy.
+at::Tensor all_reduce_max_kernel(const at::Tensor& x, c10::string_view group_name) {
+  check_floating(x, kMaxOp, "x");
+  const auto group = resolve_or_throw(std::string(group_name), kMaxOp);
+  at::Tensor result = x.clone(at::MemoryFormat::Contiguous);
+  std::vector<at::Tensor> tensors{result};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MAX;
+  group->allreduce(tensors, options)->wait();
+  return result;
 }
 
 // Registered for the Autograd key as well as the backends: at the Autograd key the calls below
@@ -77,6 +90,7 @@ std::optional<std::string> active_stats_group_name() {
 TORCH_LIBRARY_IMPL(brevitas_cpp, CompositeExplicitAutograd, m) {
   m.impl("stats_all_reduce_mean", TORCH_FN(stats_all_reduce_mean_kernel));
   m.impl("_all_reduce_mean", TORCH_FN(all_reduce_mean_kernel));
+  m.impl("_all_reduce_max", TORCH_FN(all_reduce_max_kernel));
 }
 
 TORCH_LIBRARY_IMPL(brevitas_cpp, Autograd, m) {

@@ -17,9 +17,14 @@ at::Tensor contiguous_like_meta(const at::Tensor& x) {
 
 constexpr char kPublic[] = "stats_all_reduce_mean";
 constexpr char kCollective[] = "_all_reduce_mean";
+constexpr char kMax[] = "_all_reduce_max";
 
 at::Tensor all_reduce_mean_meta(const at::Tensor& x, c10::string_view /*group_name*/) {
   return contiguous_like_meta<kCollective>(x);
+}
+
+at::Tensor all_reduce_max_meta(const at::Tensor& x, c10::string_view /*group_name*/) {
+  return contiguous_like_meta<kMax>(x);
 }
 
 }  // namespace
@@ -27,6 +32,7 @@ at::Tensor all_reduce_mean_meta(const at::Tensor& x, c10::string_view /*group_na
 TORCH_LIBRARY_IMPL(brevitas_cpp, Meta, m) {
   m.impl("stats_all_reduce_mean", TORCH_FN(contiguous_like_meta<kPublic>));
   m.impl("_all_reduce_mean", TORCH_FN(all_reduce_mean_meta));
+  m.impl("_all_reduce_max", TORCH_FN(all_reduce_max_meta));
 }
 
 }  // namespace brevitas_cpp::meta

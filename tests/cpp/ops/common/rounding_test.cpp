@@ -71,6 +71,58 @@ TEST(Rounding, VectorFormsEqualTheScalarFormsBitForBit) {
   expect_all_modes<c10::BFloat16>();
 }
 
+// quantization_int8's arithmetic: the vector forms against the scalar ones, for scales 0, 1/3,
+// 2^-7 and the 8-bit range, lane by lane, NaN, infinities and ties included.
+template <typename T>
+void expect_symmetric_quant_vector_matches_scalar() {
+  using V = at::vec::Vectorized<T>;
+  const std::vector<double> values = probe_values();
+  const T quant_max = T(127);
+  for (const double scale : {0.0, 1.0 / 3.0, 0.0078125, 1.0}) {
+    const T s = static_cast<T>(scale);
+    for (size_t start = 0; start < values.size(); start += V::size()) {
+      T in[V::size()], out[V::size()], grad[V::size()];
+      const int64_t n = std::min<int64_t>(V::size(), values.size() - start);
+      for (int64_t j = 0; j < V::size(); ++j) in[j] = static_cast<T>(j < n ? values[start + j] * 40.0 : 0.0);
+      vec_math::symmetric_quant<T>(V::loadu(in), V(s), quant_max).store(out);
+      vec_math::clip_window_grad<T>(V(T(1)), V::loadu(in), V(s * T(3))).store(grad);
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_TRUE(same_bits(out[j], scalar_math::symmetric_quant(in[j], s, quant_max)))
+            << static_cast<double>(in[j]) << " scale " << scale;
+        EXPECT_TRUE(same_bits(grad[j], scalar_math::clip_window_grad(T(1), in[j], static_cast<T>(s * T(3)))))
+            << static_cast<double>(in[j]) << " scale " << scale;
+      }
+    }
+  }
+}
+
+TEST(SymmetricQuant, VectorFormsEqualTheScalarFormsBitForBit) {
+  expect_symmetric_quant_vector_matches_scalar<float>();
+  expect_symmetric_quant_vector_matches_scalar<double>();
+  expect_symmetric_quant_vector_matches_scalar<c10::Half>();
+  expect_symmetric_quant_vector_matches_scalar<c10::BFloat16>();
+}
+
+TEST(SymmetricQuant, ScalarFormFollowsItsDefinition) {
+  using scalar_math::symmetric_quant;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // clamp(round_half_even(x / s), -127, 127) * s with s = 0.5.
+  EXPECT_EQ(symmetric_quant(0.25, 0.5, 127.0), 0.0);  // 0.5 rounds to 0 (even)
+  EXPECT_EQ(symmetric_quant(0.75, 0.5, 127.0), 1.0);  // 1.5 rounds to 2
+  EXPECT_EQ(symmetric_quant(-0.75, 0.5, 127.0), -1.0);
+  EXPECT_EQ(symmetric_quant(100.0, 0.5, 127.0), 63.5);  // saturates at 127 * s
+  EXPECT_EQ(symmetric_quant(-inf, 0.5, 127.0), -63.5);
+  EXPECT_TRUE(std::isnan(symmetric_quant(nan, 0.5, 127.0)));
+  // A zero scale: +0, NaN kept.
+  EXPECT_TRUE(same_bits(symmetric_quant(-3.0, 0.0, 127.0), 0.0));
+  EXPECT_TRUE(std::isnan(symmetric_quant(nan, 0.0, 127.0)));
+  // The clip window [-t, t]: the bound passes, NaN passes.
+  EXPECT_EQ(scalar_math::clip_window_grad(2.0, 1.5, 1.5), 2.0);
+  EXPECT_EQ(scalar_math::clip_window_grad(2.0, -1.5000001, 1.5), 0.0);
+  EXPECT_EQ(scalar_math::clip_window_grad(2.0, nan, 1.5), 2.0);
+}
+
 TEST(Rounding, ScalarFormsFollowTheirDefinitions) {
   using scalar_math::round_as;
   // Half to even; DPU rounds negative ties up; round_to_zero keeps the sign of zero of sign().

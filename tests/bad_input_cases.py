@@ -77,6 +77,25 @@ def _int_quant_backward(grad=None, x=None, scale=None, mask=(True, True, True, T
     )
 
 
+def _q8(x=None, threshold=None, iteration=None, **kw):
+    """quantization_int8 with valid arguments except those given (tensors made in the call, on
+    the current default device)."""
+    return ops.quantization_int8(
+        _x() if x is None else x,
+        torch.zeros(()) if threshold is None else threshold,
+        torch.zeros((), dtype=torch.int64) if iteration is None else iteration,
+        **kw,
+    )
+
+
+def _q8_backward(grad=None, x=None, clip_threshold=None):
+    return ops._quantization_int8_backward(
+        _x() if grad is None else grad,
+        _x() if x is None else x,
+        _t(1.0) if clip_threshold is None else clip_threshold,
+    )
+
+
 def cases() -> List[BadInput]:
     out: List[BadInput] = []
     add = lambda name, call, *fragments: out.append(BadInput(name, call, fragments))  # noqa: E731
@@ -289,5 +308,116 @@ def cases() -> List[BadInput]:
         lambda: ops._all_reduce_mean(_x(), "no-such-group"),
         "_all_reduce_mean",
         "no-such-group",
+    )
+
+    # quantization_int8 and its backward op: one case per argument (and per bound of nbits).
+    q8 = "brevitas_cpp::quantization_int8"
+    add("quantization_int8-int-x", lambda: _q8(x=_ints()), q8, "x")
+    add(
+        "quantization_int8-threshold-dtype",
+        lambda: _q8(threshold=torch.zeros((), dtype=torch.float64)),
+        q8,
+        "threshold",
+    )
+    add(
+        "quantization_int8-threshold-numel",
+        lambda: _q8(threshold=torch.zeros(2)),
+        q8,
+        "threshold",
+    )
+    add(
+        "quantization_int8-threshold-channels",
+        lambda: _q8(threshold=torch.zeros(4), channel_axis=1),
+        q8,
+        "threshold",
+    )
+    add(
+        "quantization_int8-threshold-device",
+        lambda: _q8(threshold=torch.zeros((), device="meta")),
+        q8,
+        "threshold",
+    )
+    add(
+        "quantization_int8-iteration-dtype",
+        lambda: _q8(iteration=torch.zeros((), dtype=torch.int32)),
+        q8,
+        "iteration",
+    )
+    add(
+        "quantization_int8-iteration-numel",
+        lambda: _q8(iteration=torch.zeros(2, dtype=torch.int64)),
+        q8,
+        "iteration",
+    )
+    add(
+        "quantization_int8-iteration-device",
+        lambda: _q8(iteration=torch.zeros((), dtype=torch.int64, device="meta")),
+        q8,
+        "iteration",
+    )
+    for axis in (2, -3):
+        add(
+            f"quantization_int8-channel-axis-{axis}",
+            lambda axis=axis: _q8(threshold=torch.zeros(5), channel_axis=axis),
+            q8,
+            "channel_axis",
+        )
+    for nbits, dtype in [(1, None), (25, None), (13, torch.float16), (10, torch.bfloat16)]:
+        add(
+            f"quantization_int8-nbits-{nbits}-{dtype}",
+            lambda nbits=nbits, dtype=dtype: _q8(
+                x=None if dtype is None else _x().to(dtype), nbits=nbits
+            ),
+            q8,
+            "nbits",
+        )
+    for decay in (0.0, 1.0, float("nan")):
+        add(
+            f"quantization_int8-ema-decay-{decay}",
+            lambda decay=decay: _q8(ema_decay=decay),
+            q8,
+            "ema_decay",
+        )
+    add("quantization_int8-delay-quant", lambda: _q8(delay_quant=-1), q8, "delay_quant")
+    add("quantization_int8-grad-mode", lambda: _q8(grad_mode="STE"), q8, "grad_mode")
+    add("quantization_int8-quant-mode", lambda: _q8(quant_mode="log"), q8, "quant_mode")
+    for v in (float("nan"), float("inf")):
+        add(
+            f"quantization_int8-x-{v}",
+            lambda v=v: _q8(x=torch.tensor([[0.5, v], [1.0, -2.0]])),
+            q8,
+            "x",
+            "finite",
+        )
+    q8b = "brevitas_cpp::_quantization_int8_backward"
+    add(
+        "_quantization_int8_backward-grad-dtype",
+        lambda: _q8_backward(grad=_x().double()),
+        q8b,
+        "grad",
+    )
+    add(
+        "_quantization_int8_backward-grad-shape",
+        lambda: _q8_backward(grad=torch.zeros(2, 4)),
+        q8b,
+        "grad",
+    )
+    add(
+        "_quantization_int8_backward-clip-threshold-dtype",
+        lambda: _q8_backward(clip_threshold=torch.tensor(1.0, dtype=torch.float64)),
+        q8b,
+        "clip_threshold",
+    )
+    add(
+        "_quantization_int8_backward-clip-threshold-shape",
+        lambda: _q8_backward(clip_threshold=torch.ones(3)),
+        q8b,
+        "clip_threshold",
+    )
+    add(
+        "_quantization_int8_backward-clip-threshold-device",
+        lambda: _q8_backward(clip_threshold=torch.tensor(1.0, device="meta")),
+        q8b,
+        "clip_threshold",
     )
     return out

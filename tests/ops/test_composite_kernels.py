@@ -37,6 +37,8 @@ KERNEL_OPS = [
     "_clamped_binary_quant_backward",
     "ternary_quant",
     "_ternary_quant_backward",
+    "quantization_int8",
+    "_quantization_int8_backward",
 ]
 
 
@@ -227,6 +229,57 @@ def test_scaled_quant_ops(shape, dtype):
     )
 
 
+# (is_weight, channel_axis, quant_mode, nbits, threshold shape, x's layout)
+INT8_CASES = {
+    "act_tensor": (False, None, "minmax", 8, (), "contiguous"),
+    "act_tensor_1": (False, None, "power2", 5, (1,), "contiguous"),
+    "act_dim1_channels_last": (False, 1, "minmax", 4, (6,), "channels_last"),
+    "act_last_power2": (False, -1, "power2", 8, (5,), "contiguous"),
+    "w_tensor": (True, None, "power2", 3, (), "contiguous"),
+    "w_dim0": (True, 0, "minmax", 8, (4,), "contiguous"),
+    "w_dim1_sliced": (True, 1, "minmax", 6, (3,), "sliced"),
+}
+
+
+def _int8_x(layout, dtype, seed):
+    x = rand((4, 6, 3, 5), dtype=torch.float64, seed=seed, spread=1.0 + seed)
+    x[:, 2] = 0.0  # a zero channel along dim 1 (a zero scale per channel there)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "sliced":
+        x = x[:, ::2]
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("case", sorted(INT8_CASES))
+def test_quantization_int8(case, dtype):
+    """A sequence of training calls (the delay phase, then the EMA), then eval calls: outputs,
+    scale, clip_threshold and the buffers bit for bit; the clip gradient from both backward ops."""
+    is_weight, axis, quant_mode, nbits, th_shape, layout = INT8_CASES[case]
+    states = [
+        (torch.zeros(th_shape), torch.zeros((), dtype=torch.int64)) for _ in ("composite", "cpu")
+    ]
+    for step in range(6):
+        x = _int8_x(layout, dtype, seed=step)
+        training = step < 4
+        args = (nbits, is_weight, axis, 0.1, 1, "clip", quant_mode, training)
+        got = composite("quantization_int8", x, *states[0], *args)
+        want = OPS.quantization_int8(x, *states[1], *args)
+        for a, w in zip(got, want):
+            assert_bitwise(a, w)
+        assert got[0].stride() == want[0].stride()
+        assert_bitwise(states[0][0], states[1][0])
+        assert torch.equal(states[0][1], states[1][1])
+        g = rand(x.shape, dtype=torch.float64, seed=40 + step).to(dtype)
+        clip = want[2]
+        assert_bitwise(
+            composite("_quantization_int8_backward", g, x, clip),
+            OPS._quantization_int8_backward(g, x, clip),
+        )
+    assert states[1][1].item() == 4
+
+
 def test_bad_input_raises_the_cpu_messages():
     """The metadata checks are the CPU kernels' own: the same messages."""
     x = torch.ones(2, 5, dtype=torch.int32)
@@ -258,3 +311,24 @@ def test_bad_input_raises_the_cpu_messages():
         )
     with pytest.raises(RuntimeError, match="threshold"):
         composite("ternary_quant", torch.ones(2, 5), torch.ones(()), -0.5)
+    it = torch.zeros((), dtype=torch.int64)
+
+    def q8(
+        threshold=None, nbits=8, axis=None, ema_decay=0.01, grad_mode="ste", quant_mode="minmax"
+    ):
+        threshold = torch.zeros(()) if threshold is None else threshold
+        args = (nbits, False, axis, ema_decay, 0, grad_mode, quant_mode, True)
+        return composite("quantization_int8", torch.ones(2, 5), threshold, it, *args)
+
+    for kw, name in [
+        (dict(nbits=1), "nbits"),
+        (dict(ema_decay=1.0), "ema_decay"),
+        (dict(grad_mode="STE"), "grad_mode"),
+        (dict(quant_mode="log"), "quant_mode"),
+        (dict(threshold=torch.zeros(3), axis=1), "threshold"),
+        (dict(threshold=torch.zeros(5), axis=2), "channel_axis"),
+    ]:
+        with pytest.raises(RuntimeError, match=rf"(?s)brevitas_cpp::quantization_int8.*{name}"):
+            q8(**kw)
+    with pytest.raises(RuntimeError, match="clip_threshold"):
+        composite("_quantization_int8_backward", torch.ones(2, 5), torch.ones(2, 5), torch.ones(3))

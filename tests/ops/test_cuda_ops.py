@@ -420,11 +420,33 @@ def opcheck_cases() -> List[Tuple[str, Callable, List]]:
         ),
         ("_ternary_quant_backward", OPS._ternary_quant_backward, [g, x, s, 0.5, [True, True]]),
         ("_abs_binary_sign_grad_backward", OPS._abs_binary_sign_grad_backward, [g, x]),
+        (
+            "quantization_int8",
+            OPS.quantization_int8,
+            [
+                x,
+                torch.full((6,), 0.5, device=CUDA),
+                torch.ones((), dtype=torch.int64, device=CUDA),
+                8,
+                False,
+                1,
+                0.1,
+                0,
+                "clip",
+                "minmax",
+                True,
+            ],
+        ),
+        (
+            "_quantization_int8_backward",
+            OPS._quantization_int8_backward,
+            [g, x, torch.full((1, 6, 1), 0.5, device=CUDA)],
+        ),
     ]
     return cases
 
 
-@pytest.mark.parametrize("index", range(22))
+@pytest.mark.parametrize("index", range(24))
 def test_opcheck_on_gpu(index):
     cases = opcheck_cases()
     name, op, args = cases[index]
@@ -434,7 +456,7 @@ def test_opcheck_on_gpu(index):
         "test_faketensor",
         "test_aot_dispatch_dynamic",
     )
-    if name.startswith("_"):
+    if name.startswith("_") and name != "_quantization_int8_backward":  # that one is differentiable
         utils = utils[:3]
     torch.library.opcheck(op, args, test_utils=utils)
 
@@ -465,3 +487,114 @@ def test_gradcheck_float64_on_gpu():
     assert torch.autograd.gradcheck(
         lambda s_: OPS.ternary_quant(x, s_, 0.5), (leaf(s),), eps=1e-7, atol=1e-5
     )
+
+
+# ---- quantization_int8 ----------------------------------------------------------------------------
+
+# (is_weight, channel_axis, quant_mode, layout of x)
+INT8_CASES = {
+    "act_tensor": (False, None, "minmax", "per_tensor"),
+    "act_dim1_channels_last": (False, 1, "minmax", "dim1_channels_last"),
+    "act_last_power2": (False, -1, "power2", "last"),
+    "w_tensor_power2": (True, None, "power2", "per_tensor"),
+    "w_dim0": (True, 0, "minmax", "dim0"),
+    "w_dim1_sliced": (True, 1, "minmax", "sliced"),
+    "act_large": (False, 1, "minmax", "large"),
+    "w_large": (True, None, "minmax", "large"),
+}
+
+
+def int8_state(x, axis, device):
+    shape = () if axis is None else (x.shape[axis],)
+    return torch.zeros(shape, device=device), torch.zeros((), dtype=torch.int64, device=device)
+
+
+def int8_x(layout: str, dtype, seed: int, device) -> torch.Tensor:
+    """x of LAYOUTS[layout], made on device in its dtype before the layout is applied (so that a
+    sliced x stays a strided view), channel 0 of dim 1 zeroed for even seeds; a leaf."""
+    shape, _, memory = LAYOUTS[layout]
+    x = rand(shape, dtype=torch.float64, seed=seed, spread=1.0 + seed).to(dtype).to(device)
+    if seed % 2 == 0:
+        x[:, 0] = 0.0
+    if memory == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif memory == "sliced":
+        x = x[:, ::2]
+    return x.detach().requires_grad_()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("case", sorted(INT8_CASES))
+@pytest.mark.parametrize("grad_mode", ["ste", "clip"])
+def test_quantization_int8_matches_cpu(case, dtype, grad_mode):
+    """A sequence (delay phase, EMA, zero channels, eval) on both devices from the same state:
+    outputs, scale, clip_threshold, both buffers and x's gradient bit for bit (max|x| is exact
+    in any order, the EMA is the same float32 arithmetic)."""
+    is_weight, axis, quant_mode, layout = INT8_CASES[case]
+    x0 = int8_x(layout, dtype, 0, "cpu")
+    cpu_state, gpu_state = int8_state(x0, axis, "cpu"), int8_state(x0, axis, CUDA)
+    for step in range(6):
+        xc, xg = int8_x(layout, dtype, step, "cpu"), int8_x(layout, dtype, step, CUDA)
+        assert xg.stride() == xc.stride()
+        training = step != 4
+        args = (8, is_weight, axis, 0.1, 1, grad_mode, quant_mode, training)
+        want = OPS.quantization_int8(xc, *cpu_state, *args)
+        got = OPS.quantization_int8(xg, *gpu_state, *args)
+        for a, w in zip(got, want):
+            assert a.device.type == CUDA
+            assert_bitwise(a.detach().cpu(), w.detach())
+        assert got[0].stride() == want[0].stride()
+        assert_bitwise(gpu_state[0].cpu(), cpu_state[0])
+        assert torch.equal(gpu_state[1].cpu(), cpu_state[1])
+        g = rand(tuple(xc.shape), dtype=torch.float64, seed=20 + step).to(dtype)
+        want[0].backward(g)
+        got[0].backward(g.to(CUDA))
+        assert_bitwise(xg.grad.cpu(), xc.grad)
+    assert cpu_state[1].item() == 5
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_quantization_int8_backward_op_matches_cpu(dtype):
+    x = special_values(dtype).reshape(1, -1)
+    g = rand(tuple(x.shape), dtype=torch.float64, seed=3).to(dtype)
+    for clip in [torch.tensor(1.5), torch.tensor(float("inf")), torch.tensor(0.0)]:
+        clip = clip.to(dtype)
+        want = OPS._quantization_int8_backward(g, x, clip)
+        got = OPS._quantization_int8_backward(*to_cuda([g, x, clip]))
+        assert_bitwise(got.cpu(), want)
+        assert_bitwise(want, torch.where(x.abs() > clip, torch.zeros_like(g), g))
+    xs, _ = layout_case("dim1_channels_last", dtype)
+    gs = rand(tuple(xs.shape), dtype=torch.float64, seed=4).to(dtype)
+    clip = torch.full((1, 6, 1, 1), 1.0, dtype=dtype)
+    want = OPS._quantization_int8_backward(gs, xs, clip)
+    got = OPS._quantization_int8_backward(*to_cuda([gs, xs, clip]))
+    assert_bitwise(got.cpu(), want)
+
+
+def test_quantization_int8_eval_and_empty_on_gpu():
+    th = torch.tensor([0.0, 1.0, 2.0], device=CUDA)
+    it = torch.ones((), dtype=torch.int64, device=CUDA)
+    x = torch.tensor([[float("nan"), 1.0, -5.0]] * 3, device=CUDA).t().contiguous()
+    y, s, c = OPS.quantization_int8(x, th, it, 8, False, 0, 0.01, 0, "ste", "minmax", False)
+    want = OPS.quantization_int8(
+        x.cpu(), th.cpu(), it.cpu(), 8, False, 0, 0.01, 0, "ste", "minmax", False
+    )
+    for a, w in zip((y, s, c), want):
+        assert_bitwise(a.cpu(), w)
+    assert th.tolist() == [0.0, 1.0, 2.0] and it.item() == 1
+    e = torch.empty(0, 3, device=CUDA)
+    y, s, c = OPS.quantization_int8(e, th, it, 8, True, 1, 0.01, 0, "ste", "minmax", True)
+    assert y.shape == (0, 3) and y.device.type == CUDA and s.shape == (1, 3)
+    assert th.tolist() == [0.0, 1.0, 2.0] and it.item() == 1
+
+
+def test_quantization_int8_rejects_cpu_buffers_and_non_finite_x():
+    x = torch.randn(4, 5, device=CUDA)
+    with pytest.raises(RuntimeError, match="threshold"):
+        OPS.quantization_int8(x, torch.zeros(()), torch.zeros((), dtype=torch.int64, device=CUDA))
+    with pytest.raises(RuntimeError, match="iteration"):
+        OPS.quantization_int8(x, torch.zeros((), device=CUDA), torch.zeros((), dtype=torch.int64))
+    x[1, 2] = float("nan")
+    th, it = torch.zeros((), device=CUDA), torch.zeros((), dtype=torch.int64, device=CUDA)
+    with pytest.raises(RuntimeError, match="finite"):
+        OPS.quantization_int8(x, th, it)

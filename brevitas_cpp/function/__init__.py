@@ -25,7 +25,13 @@ from brevitas_cpp.function.ops_ste import (
     tensor_clamp_ste,
     ternary_sign_ste,
 )
-from brevitas_cpp.function.quant import binary_quant, clamped_binary_quant, int_quant, ternary_quant
+from brevitas_cpp.function.quant import (
+    binary_quant,
+    clamped_binary_quant,
+    int_quant,
+    quantization_int8,
+    ternary_quant,
+)
 from brevitas_cpp.function.shape import (
     over_batch_over_output_channels,
     over_batch_over_tensor,
@@ -53,6 +59,7 @@ __all__ = [
     "over_output_channels",
     "over_output_features",
     "over_tensor",
+    "quantization_int8",
     "round_ste",
     "round_to_zero",
     "round_to_zero_ste",

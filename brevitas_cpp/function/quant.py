@@ -1,5 +1,7 @@
 """Fused quantizers: one C++ op each, one pass over the input."""
 
+from typing import Optional, Tuple
+
 import torch
 from torch import Tensor
 
@@ -40,3 +42,40 @@ def clamped_binary_quant(x: Tensor, scale: Tensor) -> Tensor:
 def ternary_quant(x: Tensor, scale: Tensor, threshold: float) -> Tensor:
     """sign(x) * scale where |x| > threshold * scale, else 0."""
     return torch.ops.brevitas_cpp.ternary_quant(x, scale, threshold)
+
+
+def quantization_int8(
+    x: Tensor,
+    threshold: Tensor,
+    iteration: Tensor,
+    nbits: int = 8,
+    is_weight: bool = False,
+    channel_axis: Optional[int] = None,
+    ema_decay: float = 0.01,
+    delay_quant: int = 0,
+    grad_mode: str = "ste",
+    quant_mode: str = "minmax",
+    training: bool = True,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Seed 003's EMA-threshold quantizer: (y, scale, clip_threshold).
+
+    QL = 2^(nbits-1) - 1. The threshold t is max|x| (weights: every call; activations: the
+    first training batch, then t * (1 - ema_decay) + max|x| * ema_decay), per tensor or per
+    channel along channel_axis; power2 rounds it up to a power of two. scale = t / QL and
+    y = clamp(round_half_even(x / scale), -QL, QL) * scale. threshold (float32, one value or
+    [C]) and iteration (one int64) are updated in place when training; for the first
+    delay_quant training calls y is a copy of x. grad_mode "clip" zeroes x's gradient where
+    |x| > clip_threshold, "ste" passes it. (y, scale, 0, nbits) is y's QuantTensor metadata."""
+    return torch.ops.brevitas_cpp.quantization_int8(
+        x,
+        threshold,
+        iteration,
+        nbits,
+        is_weight,
+        channel_axis,
+        ema_decay,
+        delay_quant,
+        grad_mode,
+        quant_mode,
+        training,
+    )

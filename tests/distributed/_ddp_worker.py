@@ -144,6 +144,7 @@ def run(
                 "resume": _resume_scenario,
                 "ops": _ops_scenario,
                 "auto": _auto_scenario,
+                "int8_ema": _int8_ema_scenario,
             }[scenario](rank, Path(out_dir))
         dist.barrier()
         dist.destroy_process_group()
@@ -256,6 +257,61 @@ def _resume_scenario(rank: int, out_dir: Path) -> None:
     optimizer.load_state_dict(checkpoint["optimizer"])
     train_steps(ddp, optimizer, range(CHECKPOINT_STEP, TOTAL_STEPS), _local_batch(rank))
     torch.save(plain_state(ddp.module), out_dir / f"resume_rank{rank}.pt")
+
+
+# ---- seed 003's EMA thresholds (test_ddp_int8_ema.py) ------------------------------------------
+
+INT8_EMA_DECAY = 0.25
+INT8_EMA_FEATURES = 16
+
+
+def build_int8_ema_model() -> nn.Module:
+    """An MLP quantized with seed 003's quantizers: max-abs weights per channel, EMA
+    activation thresholds (the op takes the maximum over the ranks while training)."""
+    from brevitas_cpp.nn import QuantIdentity, QuantLinear, QuantReLU
+    from brevitas_cpp.quant import Int8ActPerTensorEma, Int8WeightPerChannelMaxAbs
+
+    torch.manual_seed(SEED)
+    return nn.Sequential(
+        QuantIdentity(act_quant=Int8ActPerTensorEma, ema_decay=INT8_EMA_DECAY),
+        QuantLinear(INT8_EMA_FEATURES, 8, weight_quant=Int8WeightPerChannelMaxAbs),
+        QuantReLU(act_quant=Int8ActPerTensorEma, ema_decay=INT8_EMA_DECAY),
+        QuantLinear(8, 3, weight_quant=Int8WeightPerChannelMaxAbs),
+    )
+
+
+def int8_ema_global_batch(step: int) -> Tuple[Tensor, Tensor]:
+    """Rank r's shard is rows r*LOCAL_BATCH..; the shard with the larger values alternates
+    between the ranks, so that neither rank's own maximum is the global one at every step."""
+    gen = torch.Generator().manual_seed(2000 + step)
+    x = torch.randn(WORLD_SIZE * LOCAL_BATCH, INT8_EMA_FEATURES, generator=gen)
+    big = step % WORLD_SIZE
+    x[big * LOCAL_BATCH : (big + 1) * LOCAL_BATCH] *= 3.0
+    y = torch.randint(0, 3, (WORLD_SIZE * LOCAL_BATCH,), generator=gen)
+    return x, y
+
+
+def shard(
+    rank: int, batch: Callable[[int], Tuple[Tensor, Tensor]]
+) -> Callable[[int], Tuple[Tensor, Tensor]]:
+    """Rank ``rank``'s rows of batch(step)."""
+
+    def local(step: int) -> Tuple[Tensor, Tensor]:
+        x, y = batch(step)
+        rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+        return x[rows], y[rows]
+
+    return local
+
+
+def _int8_ema_scenario(rank: int, out_dir: Path) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    # No buffer broadcast from rank 0: the replicas' thresholds must agree by themselves.
+    ddp = DistributedDataParallel(build_int8_ema_model().to(DEVICE), broadcast_buffers=False)
+    optimizer = make_optimizer(ddp.parameters())
+    train_steps(ddp, optimizer, range(TOTAL_STEPS), shard(rank, int8_ema_global_batch), DEVICE)
+    torch.save(plain_state(ddp.module), out_dir / f"int8_ema_rank{rank}.pt")
 
 
 # ---- the statistics-average ops (test_stats_all_reduce.py) -------------------------------------

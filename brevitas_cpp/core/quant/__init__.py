@@ -1,6 +1,7 @@
 """Quantizer blocks (Brevitas's ``brevitas.core.quant``): integer quantization (IntQuant and
 the wrappers that compute or take its scale, zero point and bit width, TruncIntQuant), binary
-and ternary quantization, and the delayed-quantization wrapper they share."""
+and ternary quantization, the delayed-quantization wrapper they share, and seed 003's
+EMA-threshold quantizer (QuantizationInt8)."""
 
 from brevitas_cpp.core.quant.binary import BinaryQuant, ClampedBinaryQuant
 from brevitas_cpp.core.quant.delay import DelayWrapper
@@ -10,6 +11,7 @@ from brevitas_cpp.core.quant.int import (
     RescalingIntQuant,
     TruncIntQuant,
 )
+from brevitas_cpp.core.quant.int8_ema import QuantizationInt8
 from brevitas_cpp.core.quant.int_base import IntQuant
 from brevitas_cpp.core.quant.ternary import TernaryQuant
 
@@ -24,6 +26,7 @@ __all__ = [
     "PrescaledRestrictIntQuant",
     "PrescaledRestrictIntQuantWithInputBitWidth",
     "QuantType",
+    "QuantizationInt8",
     "RescalingIntQuant",
     "TernaryQuant",
     "TruncIntQuant",

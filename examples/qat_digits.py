@@ -28,7 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -171,6 +171,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "settings as the hand-built model) and train it the same way",
     )
     parser.add_argument(
+        "--int8-ema",
+        action="store_true",
+        help="also train W8A8 with seed 003's quantizers: per-channel max-abs weight thresholds, "
+        "EMA max-abs activation thresholds (brevitas_cpp.quant.int8_ema)",
+    )
+    parser.add_argument(
         "--device",
         default="cpu",
         help="where to train: cpu (default) or cuda (needs a GPU and brevitas_cpp built "
@@ -291,13 +297,28 @@ def quant_net(qnn, bits: BitConfig, collect_stats_steps: int) -> nn.Module:
     # Activation scales: statistics over the calibration passes, then learned (Brevitas's
     # default warm-up is 300 training steps, longer than a short QAT run).
     act = dict(bit_width=a, collect_stats_steps=collect_stats_steps)
+    # The input is in [0, 1]: unsigned, so no level is spent on negative values.
+    return quant_cnn(qnn, weight, act, dict(act, act_quant=Uint8ActPerTensorFloat))
+
+
+def int8_ema_net(qnn) -> nn.Module:
+    """FloatNet with seed 003's int8 quantizers (brevitas_cpp.quant.int8_ema): weights with a
+    per-output-channel max-abs threshold, the input and ReLU outputs with an exponential moving
+    average of their max-abs; symmetric signed ranges [-127, 127], straight-through gradients."""
+    from brevitas_cpp.quant import Int8ActPerTensorEma, Int8WeightPerChannelMaxAbs
+
+    act = dict(act_quant=Int8ActPerTensorEma)
+    return quant_cnn(qnn, dict(weight_quant=Int8WeightPerChannelMaxAbs), act, act)
+
+
+def quant_cnn(qnn, weight: Dict[str, Any], act: Dict[str, Any], input_act: Dict[str, Any]):
+    """FloatNet's layers as quant layers with these keyword arguments."""
 
     # Defined here because brevitas_cpp is only imported once main() has read --jit.
     class QuantNet(FloatNet):
         def __init__(self) -> None:
             nn.Module.__init__(self)
-            # The input is in [0, 1]: unsigned, so no level is spent on negative values.
-            self.inp = qnn.QuantIdentity(act_quant=Uint8ActPerTensorFloat, **act)
+            self.inp = qnn.QuantIdentity(**input_act)
             self.conv1 = qnn.QuantConv2d(1, 16, 3, padding=1, **weight)
             self.relu1 = qnn.QuantReLU(**act)
             self.conv2 = qnn.QuantConv2d(16, 32, 3, padding=1, **weight)
@@ -564,18 +585,22 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     calibration_steps = math.ceil(len(data.y_train) / BATCH_SIZE)  # one pass over the data
     results: List[RunResult] = []
     exports: Dict[str, Dict[str, object]] = {}
-    runs = [(bits, False) for bits in args.bits]
+    runs = [(bits, "hand") for bits in args.bits]
     if args.auto:
-        runs = [(bits, auto) for bits in args.bits for auto in (False, True)]
-    for bits, auto in runs:
+        runs = [(bits, kind) for bits in args.bits for kind in ("hand", "auto")]
+    if args.int8_ema:
+        runs.append((BitConfig(8, 8), "ema"))
+    for bits, kind in runs:
         torch.manual_seed(args.seed)
-        if auto:
+        if kind == "auto":
             model = auto_quant_net(float_model, bits, calibration_steps).to(device)
         else:
-            model = quant_net(qnn, bits, calibration_steps).to(device)
+            model = (
+                int8_ema_net(qnn) if kind == "ema" else quant_net(qnn, bits, calibration_steps)
+            ).to(device)
             # A plain float state_dict loads strictly: the quantizers add no required keys.
             model.load_state_dict(float_state)
-        name = f"{bits.name} auto" if auto else bits.name
+        name = {"hand": bits.name, "auto": f"{bits.name} auto", "ema": f"{bits.name} EMA"}[kind]
         calibrate(model, data, calibration_steps, seed=args.seed)
         ptq_acc = accuracy(model, data.x_test, data.y_test)
         qat_acc, qat_times = train(

@@ -183,3 +183,34 @@ def test_ptq_reports_calibration_and_bias_correction(qat_digits, tmp_path):
     for value in ptq.values():
         assert abs(value - summary["float"]["accuracy"]) <= 12.5
     assert "| W8A8 |" in (tmp_path / "qat_digits_results.md").read_text().split("QAT (%) |")[1]
+
+
+def test_int8_ema_run_trains_with_the_seed_003_quantizers(qat_digits, tmp_path):
+    """--int8-ema: W8A8 with seed 003's quantizers. The saved model reproduces the reported
+    accuracy, and its conv1 fake-quantized weights lie on the seed's grid: per output channel,
+    integers in [-127, 127] times max|w| / 127."""
+    argv = ["--epochs", "1", "--float-epochs", "1", "--subset", str(SUBSET), "--bits", "8"]
+    argv += ["--out", str(tmp_path), "--no-progress", "--int8-ema"]
+    if config.JIT_ENABLED:
+        argv.append("--jit")
+    summary = qat_digits.main(argv)
+    assert set(summary["quant"]) == {"W8A8", "W8A8 EMA"}
+    result = summary["quant"]["W8A8 EMA"]
+    assert result["reloaded_equal"] is True
+    model = torch.jit.load(result["path"])
+    data = qat_digits.load_data(SUBSET)
+    with torch.no_grad():
+        correct = (model(data.x_test).argmax(1) == data.y_test).sum().item()
+    assert 100.0 * correct / len(data.y_test) == result["accuracy"]
+    # The input quantizer and conv1, against the seed's formulas on the saved buffers.
+    state = model.state_dict()
+    t_in = state["inp.act_quant.fused_activation_quant_proxy.tensor_quant.threshold"]
+    x = data.x_test[:8]
+    x_q = torch.clamp(torch.round(x / (t_in / 127)), -127, 127) * (t_in / 127)
+    weight = state["conv1.weight"]
+    unit = weight.abs().amax(dim=(1, 2, 3), keepdim=True) / 127
+    w_q = torch.clamp(torch.round(weight / unit), -127, 127) * unit
+    with torch.no_grad():
+        assert torch.equal(model.inp(x), x_q)
+        expected = torch.nn.functional.conv2d(x_q, w_q, state["conv1.bias"], padding=1)
+        assert torch.equal(model.conv1(x_q), expected)

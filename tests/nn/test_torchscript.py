@@ -23,7 +23,12 @@ import torch
 from torch import Tensor, nn
 
 import brevitas_cpp.nn as qnn
-from brevitas_cpp.quant import Int8ActPerTensorFloat, Int32Bias
+from brevitas_cpp.quant import (
+    Int8ActPerTensorEma,
+    Int8ActPerTensorFloat,
+    Int8WeightPerChannelMaxAbs,
+    Int32Bias,
+)
 
 # Few warm-up steps: the runtime-statistics scales switch to their learned parameter quickly.
 WARMUP_STEPS = 2
@@ -233,7 +238,7 @@ def write_cpp_fixture(directory: Path) -> None:
     tests/cpp/jit/make_fixture.py): model.pt (the scripted SmallQuantCNN, fresh, in train mode:
     its first forward is a statistics warm-up step) and expected.pt (a scripted module whose
     attributes are the input, the expected output, the input gradient and each parameter's
-    gradient, '.' in names replaced by '_')."""
+    gradient, '.' in names replaced by '_'); and the seed-003 model's pair (_write_cpp_ema_fixture)."""
     # Serialised in memory first: a failed torch.jit.save would leave a truncated file behind.
     model_bytes, expected_bytes = io.BytesIO(), io.BytesIO()
     torch.jit.save(torch.jit.script(_fresh_model(training=True)), model_bytes)
@@ -252,6 +257,7 @@ def write_cpp_fixture(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model.pt").write_bytes(model_bytes.getvalue())
     (directory / "expected.pt").write_bytes(expected_bytes.getvalue())
+    _write_cpp_ema_fixture(directory)
     # What the C++ side will do, checked here too: load both files and compare.
     loaded = torch.jit.load(str(directory / "model.pt"))
     assert loaded.training
@@ -266,9 +272,56 @@ def write_cpp_fixture(directory: Path) -> None:
     )
 
 
+def _ema_model() -> nn.Module:
+    """Seed 003's quantizers: their threshold and counter buffers are updated in place by the op
+    at every training forward, also in a model loaded in C++."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        qnn.QuantIdentity(act_quant=Int8ActPerTensorEma, ema_decay=0.25),
+        qnn.QuantConv2d(3, 4, 3, weight_quant=Int8WeightPerChannelMaxAbs),
+        qnn.QuantReLU(act_quant=Int8ActPerTensorEma, ema_decay=0.25, delay_quant=1),
+    ).train()
+
+
+def _ema_statistics(model: nn.Module) -> Dict[str, Tensor]:
+    return {
+        name.replace(".", "_"): b.detach().clone()
+        for name, b in model.named_buffers()
+        if name.endswith(("threshold", "iteration"))
+    }
+
+
+def _write_cpp_ema_fixture(directory: Path) -> None:
+    """ema_model.pt (fresh, train mode) and ema_expected.pt: inputs input0 and input1, output1 (the
+    second training forward's output) and every threshold/iteration buffer after the two calls
+    (name with '.' -> '_'), recorded from a copy loaded from the same bytes."""
+    model_bytes, expected_bytes = io.BytesIO(), io.BytesIO()
+    torch.jit.save(torch.jit.script(_ema_model()), model_bytes)
+    loaded = torch.jit.load(io.BytesIO(model_bytes.getvalue()))
+    eager = _ema_model()
+    x0, x1 = _batch(0), 2 * _batch(1)
+    with torch.no_grad():
+        for model in (loaded, eager):
+            model(x0)
+        output = loaded(x1)
+        assert torch.equal(output, eager(x1))
+    statistics = _ema_statistics(loaded)
+    assert statistics.keys() == _ema_statistics(eager).keys() and len(statistics) == 6
+    for name, value in _ema_statistics(eager).items():
+        assert torch.equal(statistics[name], value), name
+    expected = nn.Module()
+    for name, tensor in {"input0": x0, "input1": x1, "output1": output, **statistics}.items():
+        expected.register_buffer(name, tensor.detach().clone())
+    torch.jit.save(torch.jit.script(expected), expected_bytes)
+    (directory / "ema_model.pt").write_bytes(model_bytes.getvalue())
+    (directory / "ema_expected.pt").write_bytes(expected_bytes.getvalue())
+
+
 def test_cpp_fixture_is_written_and_loads_back(tmp_path):
     write_cpp_fixture(tmp_path / "jit_fixture")
     assert sorted(p.name for p in (tmp_path / "jit_fixture").iterdir()) == [
+        "ema_expected.pt",
+        "ema_model.pt",
         "expected.pt",
         "model.pt",
     ]

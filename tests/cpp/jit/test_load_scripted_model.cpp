@@ -98,5 +98,34 @@ TEST_F(LoadScriptedModel, ForwardAndBackwardMatchPython) {
   EXPECT_GE(compared, 7);
 }
 
+// Seed 003's quantizers keep their statistics in buffers the op updates in place: a model loaded
+// in C++ trains them as Python does (ema_model.pt / ema_expected.pt, written with the fixture).
+TEST(LoadScriptedEmaModel, TrainingForwardsUpdateTheThresholdsAsInPython) {
+  const std::string dir = fixture_dir();
+  const std::string model_path = dir + "/ema_model.pt", expected_path = dir + "/ema_expected.pt";
+  if (!is_file(model_path) || !is_file(expected_path)) {
+    GTEST_FAIL() << "no seed-003 fixture in " << dir << " (tests/cpp/jit/make_fixture.py writes it)";
+  }
+  torch::jit::Module model = torch::jit::load(model_path);
+  const torch::jit::Module expected = torch::jit::load(expected_path);
+  ASSERT_TRUE(model.is_training());
+  torch::NoGradGuard no_grad;
+  model.forward({expected.attr("input0").toTensor()});
+  const at::Tensor output = model.forward({expected.attr("input1").toTensor()}).toTensor();
+  EXPECT_TRUE(test::bitwise_equal(output, expected.attr("output1").toTensor()));
+  int compared = 0;
+  for (const auto& b : model.named_buffers(/*recurse=*/true)) {
+    std::string name = b.name;
+    std::replace(name.begin(), name.end(), '.', '_');
+    if (!expected.hasattr(name)) continue;
+    const at::Tensor want = expected.attr(name).toTensor();
+    // The counters are integers (bitwise_equal compares floating tensors by their bits).
+    EXPECT_TRUE(b.value.is_floating_point() ? test::bitwise_equal(b.value, want) : at::equal(b.value, want))
+        << b.name << ": " << b.value << " vs " << want;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6);  // threshold and iteration of the input, conv weight and ReLU quantizers
+}
+
 }  // namespace
 }  // namespace brevitas_cpp

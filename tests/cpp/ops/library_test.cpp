@@ -35,14 +35,16 @@ const std::vector<std::string>& all_ops() {
                                             "clamped_binary_quant",
                                             "_clamped_binary_quant_backward",
                                             "ternary_quant",
-                                            "_ternary_quant_backward"};
+                                            "_ternary_quant_backward",
+                                            "quantization_int8",
+                                            "_quantization_int8_backward"};
   return ops;
 }
 
-// The statistics average over ranks (ops/stats_all_reduce.h): device-generic kernels
+// The statistics average and maximum over ranks (ops/stats_all_reduce.h): device-generic kernels
 // (CompositeExplicitAutograd, on c10d collectives), Meta and Autograd kernels.
 const std::vector<std::string>& composite_ops() {
-  static const std::vector<std::string> ops{"stats_all_reduce_mean", "_all_reduce_mean"};
+  static const std::vector<std::string> ops{"stats_all_reduce_mean", "_all_reduce_mean", "_all_reduce_max"};
   return ops;
 }
 

@@ -4,6 +4,7 @@
 // adding that rank's known contribution, registered in c10d's group registry as
 // torch.distributed would register a real one.
 #include "ops/stats_all_reduce.h"
+#include "ops/quantization_int8.h"
 
 #include "../test_utils.h"
 
@@ -114,7 +115,7 @@ class DoneWork : public c10d::Work {
   bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
 };
 
-// Rank 0 of a two-rank group whose rank 1 contributes `other` to every sum-all-reduce.
+// Rank 0 of a two-rank group whose rank 1 contributes `other` to every sum- or max-all-reduce.
 class OtherRankBackend : public c10d::Backend {
  public:
   explicit OtherRankBackend(at::Tensor other) : c10d::Backend(0, 2), other_(std::move(other)) {}
@@ -122,10 +123,14 @@ class OtherRankBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     ++calls;
-    EXPECT_EQ(opts.reduceOp, c10d::ReduceOp::SUM);
+    EXPECT_TRUE(opts.reduceOp == c10d::ReduceOp::SUM || opts.reduceOp == c10d::ReduceOp::MAX);
     EXPECT_EQ(tensors.size(), 1u);
     EXPECT_TRUE(tensors[0].is_contiguous());
-    tensors[0].add_(other_);
+    if (opts.reduceOp == c10d::ReduceOp::MAX) {
+      tensors[0].copy_(at::maximum(tensors[0], other_));
+    } else {
+      tensors[0].add_(other_);
+    }
     return c10::make_intrusive<DoneWork>();
   }
   int calls = 0;
@@ -169,6 +174,25 @@ TEST_F(StatsAllReduce, CollectiveForwardAndBackward) {
   EXPECT_EQ(group.backend->calls, 2);
   // The collective op directly.
   EXPECT_TRUE(bitwise_equal(ops::_all_reduce_mean(x0, group.name), expected));
+}
+
+TEST_F(StatsAllReduce, MaximumOverRanksForTheInt8ActivationThreshold) {
+  EXPECT_EQ(c10::str(c10::Dispatcher::singleton().findSchemaOrThrow("brevitas_cpp::_all_reduce_max", "").schema()),
+            "brevitas_cpp::_all_reduce_max(Tensor x, str group_name) -> Tensor");
+  const at::Tensor other = at::full({}, 5.0f);  // rank 1's max|x|
+  const RegisteredGroup group("brevitas_cpp_test_group", other);
+  EXPECT_TRUE(bitwise_equal(ops::_all_reduce_max(at::full({}, 2.0f), group.name), other));
+  ops::set_stats_sync({true, group.name});
+  at::Tensor threshold = at::zeros({}), iteration = at::zeros({}, at::kLong);
+  const at::Tensor x = test::values({-2.0, 1.0});
+  // Activations: the first batch's threshold is the maximum over the ranks, 5, not 2.
+  ops::quantization_int8(x, threshold, iteration, 8, /*is_weight=*/false, std::nullopt, 0.01, 0, "ste", "minmax", true);
+  EXPECT_TRUE(bitwise_equal(threshold, other));
+  EXPECT_EQ(group.backend->calls, 2);
+  // Weights are the same on every rank: no collective.
+  ops::quantization_int8(x, threshold, iteration, 8, /*is_weight=*/true, std::nullopt, 0.01, 0, "ste", "minmax", true);
+  EXPECT_TRUE(bitwise_equal(threshold, at::full({}, 2.0f)));
+  EXPECT_EQ(group.backend->calls, 2);
 }
 
 TEST_F(StatsAllReduce, AutoModeUsesTheDefaultGroupOnceRegistered) {

@@ -166,6 +166,22 @@ def test_percentiles_match_sort_reference(dtype, dim, keepdim, high_q, low_q):
     assert torch.equal(interval, (top - _min_zero(low)).abs())
 
 
+@pytest.mark.parametrize("q", [99.999, 99.0, 50.0, 0.5])
+def test_percentile_gradient_reaches_the_one_element_holding_it(q):
+    """The percentile's gradient is that of selecting one element: 1 (times the sign, through
+    |x|) where |x| equals the picked value and 0 elsewhere, with distinct values; with ties at
+    that value, still a single element of them (as kthvalue's)."""
+    x = rand((3, 4000), torch.float64, seed=7).requires_grad_()
+    out = _built(AbsPercentile, q, 1)(x)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    pick = _sorted_pick(x.detach().abs(), _high_k(q, 4000), 1)
+    expected = (x.detach().abs() == pick.unsqueeze(1)).double() * torch.sign(x.detach())
+    assert torch.equal(grad, expected)
+    tied = torch.cat([torch.full((1, 3000), 2.0), torch.rand(1, 1000)], 1).requires_grad_()
+    (grad,) = torch.autograd.grad(_built(AbsPercentile, q, 1)(tied).sum(), tied)
+    assert int((grad != 0).sum()) == 1 and float(grad.sum()) == 1.0
+
+
 def test_percentile_half_keeps_dtype():
     x = rand((4, 50), torch.float16, seed=5)
     out = AbsPercentile(90.0, 1)(x)

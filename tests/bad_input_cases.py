@@ -96,6 +96,13 @@ def _q8_backward(grad=None, x=None, clip_threshold=None):
     )
 
 
+def _fq(x=None, scale=None, **kw):
+    """float_quant (OCP e4m3) with valid arguments except those given."""
+    args = dict(exponent_bit_width=4, mantissa_bit_width=3, exponent_bias=7, max_value=448.0)
+    args.update(kw)
+    return ops.float_quant(_x() if x is None else x, _t(0.5) if scale is None else scale, **args)
+
+
 def cases() -> List[BadInput]:
     out: List[BadInput] = []
     add = lambda name, call, *fragments: out.append(BadInput(name, call, fragments))  # noqa: E731
@@ -419,5 +426,37 @@ def cases() -> List[BadInput]:
         lambda: _q8_backward(clip_threshold=torch.tensor(1.0, device="meta")),
         q8b,
         "clip_threshold",
+    )
+
+    # float_quant: the format's arguments, the scale, x.
+    fq = "brevitas_cpp::float_quant"
+    add(
+        "float_quant-mantissa-0",
+        lambda: _fq(mantissa_bit_width=0),
+        fq,
+        "mantissa_bit_width",
+        "got 0",
+    )
+    add("float_quant-exponent-0", lambda: _fq(exponent_bit_width=0), fq, "exponent_bit_width")
+    add("float_quant-exponent-9", lambda: _fq(exponent_bit_width=9), fq, "exponent_bit_width")
+    add("float_quant-max-value", lambda: _fq(max_value=1e6), fq, "max_value", "480")
+    add("float_quant-max-value-nan", lambda: _fq(max_value=float("nan")), fq, "max_value")
+    add("float_quant-bias", lambda: _fq(exponent_bias=5000), fq, "exponent_bias")
+    add(
+        "float_quant-non-saturating",
+        lambda: _fq(saturating=False),
+        fq,
+        "inf_values or nan_values",
+    )
+    add("float_quant-rounding", lambda: _fq(rounding_mode="nearest"), fq, "rounding_mode")
+    add("float_quant-scale-zero", lambda: _fq(scale=_t(0.0)), fq, "scale", "positive")
+    add("float_quant-scale-dtype", lambda: _fq(scale=_t(0.5).double()), fq, "scale", "dtype")
+    add("float_quant-scale-shape", lambda: _fq(scale=torch.ones(3)), fq, "scale", "broadcast")
+    add("float_quant-int-x", lambda: _fq(x=_ints()), fq, "x must be a floating-point tensor")
+    add(
+        "float_quant-half-max-value",
+        lambda: _fq(x=_x().half(), scale=_t(0.5).half(), exponent_bit_width=8, max_value=1e38),
+        fq,
+        "max_value",
     )
     return out

@@ -41,6 +41,8 @@ EXPECTED_OPS = {
     "_ternary_quant_backward",
     "quantization_int8",
     "_quantization_int8_backward",
+    "float_quant",
+    "_float_quant_backward",
 }
 # The statistics average over ranks: device-generic kernels (CompositeExplicitAutograd, on c10d
 # collectives) plus Meta and Autograd; and its process-wide switch (no tensor arguments).

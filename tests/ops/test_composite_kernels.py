@@ -39,6 +39,8 @@ KERNEL_OPS = [
     "_ternary_quant_backward",
     "quantization_int8",
     "_quantization_int8_backward",
+    "float_quant",
+    "_float_quant_backward",
 ]
 
 

@@ -442,11 +442,17 @@ def opcheck_cases() -> List[Tuple[str, Callable, List]]:
             OPS._quantization_int8_backward,
             [g, x, torch.full((1, 6, 1), 0.5, device=CUDA)],
         ),
+        ("float_quant", OPS.float_quant, [x, s, 4, 3, 7, 448.0]),
+        (
+            "_float_quant_backward",
+            OPS._float_quant_backward,
+            [g, x, s, 4, 3, 7, 448.0, True, True, False, False, "round", [True, True]],
+        ),
     ]
     return cases
 
 
-@pytest.mark.parametrize("index", range(24))
+@pytest.mark.parametrize("index", range(26))
 def test_opcheck_on_gpu(index):
     cases = opcheck_cases()
     name, op, args = cases[index]
@@ -598,3 +604,26 @@ def test_quantization_int8_rejects_cpu_buffers_and_non_finite_x():
     th, it = torch.zeros((), device=CUDA), torch.zeros((), dtype=torch.int64, device=CUDA)
     with pytest.raises(RuntimeError, match="finite"):
         OPS.quantization_int8(x, th, it)
+
+
+# ---- float_quant ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("fmt", [(4, 3, 7, 448.0), (5, 2, 15, 57344.0), (2, 1, 1, 6.0)])
+def test_float_quant_matches_cpu(dtype, fmt):
+    """Forward and x's gradient bit for bit (the same scalar arithmetic, compiled without FMA
+    contraction), the scale's gradient at the dtype's precision (another summation order)."""
+    x = (rand((4, 6, 5), dtype=torch.float64, spread=30.0)).to(dtype)
+    x[0, 0, :4] = torch.tensor([float("inf"), float("nan"), 0.0, 1e4])
+    s = rand_pos((1, 6, 1)).to(dtype)
+    g = torch.randn(4, 6, 5).to(dtype)
+    args = (*fmt, True, True, False, False, "round")
+    want = OPS.float_quant(x, s, *args)
+    got = OPS.float_quant(*to_cuda([x, s]), *args).cpu()
+    assert_bitwise(got, want)
+    gx, gs = OPS._float_quant_backward(g, x, s, *args, [True, True])
+    cgx, cgs = OPS._float_quant_backward(*to_cuda([g, x, s]), *args, [True, True])
+    assert_bitwise(cgx.cpu(), gx)
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype, 5e-2)
+    torch.testing.assert_close(cgs.cpu(), gs, rtol=tol, atol=tol, equal_nan=True)

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace brevitas_cpp {
@@ -143,5 +144,106 @@ C10_HOST_DEVICE inline T clip_window_grad(T g, T x, T t) {
   return abs_of(x) > t ? T(0) : g;
 }
 
+// A minifloat format (float_quant): m mantissa bits, the smallest exponent of the grid
+// (1 - exponent_bias - m: subnormals), the largest magnitude, and what lies beyond it.
+struct MinifloatFormat {
+  int mantissa_bits;
+  int min_exponent;
+  double max_value;
+  bool is_signed;
+  bool saturating;  // beyond max_value: clamp; otherwise +-inf (inf_values) or NaN
+  bool inf_values;
+  RoundingMode rounding;
+};
+
+// Brevitas's FloatQuant grid for u = x / scale, in A: the internal scale
+// I = 2^max(floor(log2|u|) - m, min_exponent), q = I * round(u / I), and dq/du as Brevitas's
+// autograd gives it (straight-through round and floor, the path through log2|u|):
+//   slope = 1 + [floor(log2|u|) - m >= min_exponent] * I * sign(u) / (|u| + tiny) * (round(u/I) - u/I).
+// floor(log2|u|) is taken exactly from the exponent (frexp), where a float32 log2 rounds the values
+// just below a power of two up to it: q is the same there, the slope's second term differs.
+// +-inf and NaN give NaN (Brevitas: inf / inf).
+template <typename A>
+struct MinifloatPoint {
+  A q;
+  A slope;
+};
+
+template <typename A>
+C10_HOST_DEVICE inline MinifloatPoint<A> minifloat_point(A u, const MinifloatFormat& f) {
+  const A a = std::fabs(u);
+  if (!std::isfinite(a)) {
+    const A nan = std::numeric_limits<A>::quiet_NaN();
+    return {nan, nan};
+  }
+  bool above_min = false;
+  int exponent = f.min_exponent;
+  if (a > A(0)) {
+    int e = 0;
+    (void)std::frexp(a, &e);  // a = g * 2^e with g in [0.5, 1): floor(log2 a) = e - 1
+    const int unclamped = e - 1 - f.mantissa_bits;
+    above_min = unclamped >= f.min_exponent;
+    if (above_min) exponent = unclamped;
+  }
+  const A scale = std::ldexp(A(1), exponent);
+  const A v = u / scale;
+  A r;
+  switch (f.rounding) {
+    case RoundingMode::kRound:
+      r = round_as<RoundingMode::kRound>(v);
+      break;
+    case RoundingMode::kCeil:
+      r = round_as<RoundingMode::kCeil>(v);
+      break;
+    case RoundingMode::kFloor:
+      r = round_as<RoundingMode::kFloor>(v);
+      break;
+    case RoundingMode::kRoundToZero:
+      r = round_as<RoundingMode::kRoundToZero>(v);
+      break;
+    default:
+      r = round_as<RoundingMode::kDpu>(v);
+  }
+  // float32's smallest normal: Brevitas adds it to |u| before the log2 (its quantizers' dtype).
+  constexpr A kTiny = A(1.17549435082228750797e-38);
+  const A slope = above_min ? A(1) + scale * sign(u) / (a + kTiny) * (r - v) : A(1);
+  return {scale * r, slope};
+}
+
+// One element of float_quant, as Brevitas's FloatQuant + FloatClamp compute it in T:
+// u = x / s; q on the grid (minifloat_point); the clamp to [-max, max] (or [0, max] unsigned) as
+// TensorClamp's where(q > max, max, q), where(. < min, min, .); beyond the range, when not
+// saturating, +-inf (inf_values) or NaN; y = q * s. `passed`: the clamp let x's gradient through.
+template <typename T>
+struct FloatQuantElement {
+  T y;
+  T q;  // the clamped grid value (y / s)
+  T u;
+  bool passed;
+  opmath_t<T> slope;
+};
+
+template <typename T>
+C10_HOST_DEVICE inline FloatQuantElement<T> float_quant_element(T x, T s, const MinifloatFormat& f) {
+  using A = opmath_t<T>;
+  const T u = static_cast<T>(x / s);
+  const MinifloatPoint<A> p = minifloat_point<A>(static_cast<A>(u), f);
+  const T q = static_cast<T>(p.q);
+  const T hi = static_cast<T>(f.max_value);
+  const T lo = f.is_signed ? static_cast<T>(-f.max_value) : T(0);
+  const bool above = q > hi;
+  const bool below = q < lo;
+  T c = above ? hi : (below ? lo : q);
+  if (!f.saturating && (above || below)) {
+    const A beyond = f.inf_values ? (above ? std::numeric_limits<A>::infinity() : -std::numeric_limits<A>::infinity())
+                                  : std::numeric_limits<A>::quiet_NaN();
+    c = static_cast<T>(beyond);
+  }
+  return {static_cast<T>(c * s), c, u, !(above || below), p.slope};
+}
+
 }  // namespace scalar_math
+
+using scalar_math::MinifloatFormat;
+
 }  // namespace brevitas_cpp

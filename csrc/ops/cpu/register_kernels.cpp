@@ -109,6 +109,8 @@ TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
   BREVITAS_CPP_IMPL(m, "_ternary_quant_backward", ternary_quant_backward_cpu);
   BREVITAS_CPP_IMPL(m, "quantization_int8", quantization_int8_cpu);
   BREVITAS_CPP_IMPL(m, "_quantization_int8_backward", quantization_int8_backward_cpu);
+  BREVITAS_CPP_IMPL(m, "float_quant", float_quant_cpu);
+  BREVITAS_CPP_IMPL(m, "_float_quant_backward", float_quant_backward_cpu);
 }
 
 }  // namespace brevitas_cpp::cpu

@@ -37,7 +37,9 @@ const std::vector<std::string>& all_ops() {
                                             "ternary_quant",
                                             "_ternary_quant_backward",
                                             "quantization_int8",
-                                            "_quantization_int8_backward"};
+                                            "_quantization_int8_backward",
+                                            "float_quant",
+                                            "_float_quant_backward"};
   return ops;
 }
 

@@ -494,6 +494,39 @@ def _export_and_check(model: nn.Module, x_test: Tensor, path: Path) -> Dict[str,
     }
 
 
+def onnx_export_and_check(
+    model: nn.Module, x_test: Tensor, path: Path
+) -> Optional[Dict[str, object]]:
+    """ONNX QCDQ export (brevitas_cpp.export) and onnxruntime's agreement with the model in eval
+    mode on the test images: as written (graph optimizations off), and as a deployed onnxruntime
+    runs it (all optimizations: integer kernels). None when onnx/onnxruntime are not installed."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime
+
+        from brevitas_cpp.export import check_onnx_qcdq, export_onnx_qcdq
+    except ImportError:
+        return None
+    model = model.cpu().eval()  # onnxruntime runs on the CPU
+    x_test = x_test.cpu()
+    export_onnx_qcdq(model, x_test[:1], str(path))
+    exact = check_onnx_qcdq(model, str(path), x_test)
+    deployed = check_onnx_qcdq(model, str(path), x_test, optimization="all")
+    # The deployed file's own test accuracy, from onnxruntime's default session (all optimizations).
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    logits = session.run(None, {session.get_inputs()[0].name: x_test.numpy()})[0]
+    return {
+        "path": str(path),
+        "onnxruntime_predictions": torch.from_numpy(logits).argmax(1),
+        "int_mismatches": exact.int_mismatches,
+        "int_elements": exact.int_elements,
+        "max_int_diff": exact.max_int_diff,
+        "optimized_int_mismatches": deployed.int_mismatches,
+        "optimized_max_int_diff": deployed.max_int_diff,
+        "max_abs_diff": exact.max_abs_diff,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Report
 
@@ -616,6 +649,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         exports[name] = export_and_check(
             model, data.x_test, args.out / f"qat_digits_{file_name}.pt"
         )
+        onnx_report = onnx_export_and_check(
+            model, data.x_test, args.out / f"qat_digits_{file_name}.onnx"
+        )
+        if onnx_report is not None:
+            predictions = onnx_report.pop("onnxruntime_predictions")
+            correct = (predictions == data.y_test.cpu()).sum().item()
+            onnx_report["onnxruntime_accuracy"] = 100.0 * correct / len(data.y_test)
+            exports[name]["onnx"] = onnx_report
+        model.to(device)
 
     ptq: Dict[str, Dict[str, float]] = {}
     if args.ptq:
@@ -643,6 +685,25 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
             f"{name}: {export['method']} -> {export['path']}; reloaded outputs equal the "
             f"original's (torch.equal): {export['reloaded_equal']}"
         )
+    onnx_rows = [(name, e["onnx"]) for name, e in exports.items() if "onnx" in e]
+    if onnx_rows:
+        qat = {r.name: r.accuracy for r in results}
+        onnx_table = (
+            "| model | ONNX QCDQ file | accuracy: PyTorch / onnxruntime (%) | activation integers "
+            "off, as written (max steps) | off with onnxruntime's integer kernels | max output "
+            "diff |\n| --- | --- | ---: | ---: | ---: | ---: |"
+        )
+        for name, o in onnx_rows:
+            onnx_table += (
+                f"\n| {name} | {Path(o['path']).name} | {qat[name]:.2f} / "
+                f"{o['onnxruntime_accuracy']:.2f} | {o['int_mismatches']}/{o['int_elements']} "
+                f"({o['max_int_diff']}) | {o['optimized_int_mismatches']} "
+                f"({o['optimized_max_int_diff']}) | {o['max_abs_diff']:.2g} |"
+            )
+        print("\n" + onnx_table + "\n")
+        report += "\n\n" + onnx_table
+    else:
+        print("ONNX export skipped: onnx and onnxruntime are not installed (requirements-dev.txt)")
     (args.out / "qat_digits_results.md").write_text(report + "\n")
     plot_path = args.out / "qat_digits_accuracy.png"
     plot(results, float_result, plot_path)

@@ -20,6 +20,11 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+try:  # private: how torch.export's non-strict tracer calls submodules (torch >= 2.3)
+    from torch.fx.experimental.proxy_tensor import _AttrProxy
+except ImportError:  # pragma: no cover - an older or newer torch without it
+    _AttrProxy = ()
+
 __all__ = [
     "Node",
     "ScopeTracker",
@@ -145,6 +150,10 @@ class ScopeTracker:
         they take no hooks, and the calls inside them run compiled, unseen by a mode."""
 
         def enter(module: nn.Module, _args: Any) -> None:
+            # torch.export (non-strict) calls each submodule through a stand-in object that
+            # shares its __dict__; get_base() is the module itself, whose scope we know.
+            if isinstance(module, _AttrProxy):
+                module = module.get_base()
             self.stack.append(self.module_scopes.get(id(module), self.stack[-1]))
 
         def leave(module: nn.Module, _args: Any, _out: Any) -> None:

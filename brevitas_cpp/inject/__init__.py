@@ -4,6 +4,7 @@ settings into core blocks, are in brevitas_cpp.quant.solver."""
 from brevitas_cpp.inject.enum import (
     BitWidthImplType,
     FloatToIntImplType,
+    LearnedRoundImplType,
     QuantType,
     RestrictValueType,
     ScalingImplType,
@@ -31,6 +32,7 @@ __all__ = [
     "value",
     "BitWidthImplType",
     "FloatToIntImplType",
+    "LearnedRoundImplType",
     "QuantType",
     "RestrictValueType",
     "ScalingImplType",

@@ -68,13 +68,23 @@ class RestrictValueType(AutoName):
 
 
 class FloatToIntImplType(AutoName):
-    """Rounding from float to integer (each a C++ op: round_ste, ceil_ste, ...)."""
+    """Rounding from float to integer (each a C++ op: round_ste, ceil_ste, ...; LEARNED_ROUND:
+    floor plus a learned per-element offset, LearnedRoundSte)."""
 
     ROUND = auto()
     CEIL = auto()
     FLOOR = auto()
     ROUND_TO_ZERO = auto()
     DPU = auto()
+    LEARNED_ROUND = auto()
+
+
+class LearnedRoundImplType(AutoName):
+    """How LEARNED_ROUND maps its learned value to the rounding offset in [0, 1]."""
+
+    HARD_SIGMOID = auto()
+    SIGMOID = auto()
+    IDENTITY = auto()
 
 
 class ScalingImplType(AutoName):

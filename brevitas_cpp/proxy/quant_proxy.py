@@ -135,8 +135,9 @@ class QuantProxyProtocol(Protocol):
 
 
 class _ExportModeMixin:
-    """The export switch quant modules share. brevitas_cpp has no export handlers, so entering
-    export mode is refused the way Brevitas refuses it for a module without a handler."""
+    """The export switch quant modules share. brevitas_cpp.export sets a handler before entering
+    export mode; without one, entering it is refused the way Brevitas refuses it for a module
+    without a handler."""
 
     def _init_export_mode(self) -> None:
         self._export_mode = False

@@ -54,6 +54,7 @@ def test_there_are_notebooks():
         "01_quant_layers.ipynb",
         "02_qat_and_export.ipynb",
         "03_automatic_quantization.ipynb",
+        "04_export.ipynb",
     ]
 
 

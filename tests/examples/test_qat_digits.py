@@ -214,3 +214,33 @@ def test_int8_ema_run_trains_with_the_seed_003_quantizers(qat_digits, tmp_path):
         assert torch.equal(model.inp(x), x_q)
         expected = torch.nn.functional.conv2d(x_q, w_q, state["conv1.bias"], padding=1)
         assert torch.equal(model.conv1(x_q), expected)
+
+
+def test_onnx_exports_run_in_onnxruntime(run):
+    """Each quant model is written as standard ONNX (QuantizeLinear/DequantizeLinear, no custom
+    ops), and onnxruntime's predictions on the test images are those of the model: the accuracy
+    it gives, recounted here from the file, within two images of the reported one."""
+    onnx = pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    summary, out = run
+    data = None
+    for name, result in summary["quant"].items():
+        report = result["onnx"]
+        path = out / f"qat_digits_{name.lower()}.onnx"
+        assert Path(report["path"]) == path
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model, full_check=True)
+        ops = {node.op_type for node in model.graph.node}
+        assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+        assert all(node.domain in ("", "ai.onnx") for node in model.graph.node)
+        if data is None:
+            import importlib
+
+            data = importlib.import_module("qat_digits").load_data(SUBSET)
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        logits = session.run(None, {session.get_inputs()[0].name: data.x_test.numpy()})[0]
+        correct = (torch.from_numpy(logits).argmax(1) == data.y_test).sum().item()
+        accuracy = 100.0 * correct / len(data.y_test)
+        assert accuracy == report["onnxruntime_accuracy"]
+        assert abs(accuracy - result["accuracy"]) <= 2 * 100.0 / len(data.y_test) + 1e-9
+        assert report["max_int_diff"] <= 1

@@ -1,6 +1,12 @@
 """Module wrappers of elementwise functions, views and clamps used inside quantizers."""
 
 from brevitas_cpp.core.function_wrapper.clamp import ClampMin, ScalarClamp, TensorClamp
+from brevitas_cpp.core.function_wrapper.learned_round import (
+    LearnedRoundHardSigmoid,
+    LearnedRoundIdentity,
+    LearnedRoundSigmoid,
+    LearnedRoundSte,
+)
 from brevitas_cpp.core.function_wrapper.misc import Abs, Identity, InplaceLogTwo, LogTwo, PowerOfTwo
 from brevitas_cpp.core.function_wrapper.ops_ste import (
     ROUNDING_MODE_OF_IMPL,
@@ -31,6 +37,10 @@ __all__ = [
     "DPURoundSte",
     "FloorSte",
     "Identity",
+    "LearnedRoundHardSigmoid",
+    "LearnedRoundIdentity",
+    "LearnedRoundSigmoid",
+    "LearnedRoundSte",
     "InplaceLogTwo",
     "InplaceTensorClampSte",
     "LogTwo",

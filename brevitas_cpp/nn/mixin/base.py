@@ -228,7 +228,7 @@ class QuantLayerMixin(ScriptableQuantModule):
 
     @property
     def export_mode(self) -> bool:
-        # Export is not part of brevitas_cpp; the flag exists for code that reads it.
+        # Layers have no export mode: brevitas_cpp.export puts their proxies in export mode.
         return False
 
     def _wants_quant_tensor(self, inp: Tensor) -> bool:

@@ -16,6 +16,12 @@ from torch import Tensor
 
 from brevitas_cpp.core.bit_width import BitWidthConst, BitWidthParameter, BitWidthStatefulConst
 from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL, StatsInputViewShapeImpl
+from brevitas_cpp.core.function_wrapper.learned_round import (
+    LearnedRoundHardSigmoid,
+    LearnedRoundIdentity,
+    LearnedRoundSigmoid,
+    LearnedRoundSte,
+)
 from brevitas_cpp.core.quant import IntQuant, RescalingIntQuant, TernaryQuant
 from brevitas_cpp.core.restrict_val import (
     FloatRestrictValue,
@@ -36,6 +42,7 @@ from brevitas_cpp.inject.enum import (
     AutoName,
     BitWidthImplType,
     FloatToIntImplType,
+    LearnedRoundImplType,
     QuantType,
     RestrictValueType,
     ScalingImplType,
@@ -147,6 +154,12 @@ def _check_bit_width(bit_width: Any, quantizer: Any) -> None:
 _IMPL_OF_FLOAT_TO_INT_TYPE = {
     FloatToIntImplType[mode.upper()]: impl for impl, mode in ROUNDING_MODE_OF_IMPL.items()
 }
+_IMPL_OF_FLOAT_TO_INT_TYPE[FloatToIntImplType.LEARNED_ROUND] = LearnedRoundSte
+_IMPL_OF_LEARNED_ROUND_TYPE = {
+    LearnedRoundImplType.HARD_SIGMOID: LearnedRoundHardSigmoid,
+    LearnedRoundImplType.SIGMOID: LearnedRoundSigmoid,
+    LearnedRoundImplType.IDENTITY: LearnedRoundIdentity,
+}
 
 
 def solve_float_to_int_impl_from_enum(impl_type: Any, quantizer: Any = None) -> type:
@@ -243,6 +256,25 @@ class SolveTensorQuantFloatToIntImplFromEnum(ExtendedInjector):
     @value
     def float_to_int_impl(float_to_int_impl_type, __self__):
         return solve_float_to_int_impl_from_enum(float_to_int_impl_type, __self__)
+
+    # LEARNED_ROUND's blocks: the offset function and the learned value's initial zeros, one
+    # per element of the (single) tracked weight.
+    @value
+    def learned_round_impl(learned_round_impl_type, __self__):
+        kind = to_enum(
+            LearnedRoundImplType, learned_round_impl_type, "learned_round_impl_type", __self__
+        )
+        return _IMPL_OF_LEARNED_ROUND_TYPE[kind]
+
+    @value
+    def learned_round_init(tracked_parameter_list, __self__):
+        if len(tracked_parameter_list) != 1:
+            raise QuantizerSolveError(
+                f"{quantizer_name(__self__)}: float_to_int_impl_type=LEARNED_ROUND learns one offset "
+                f"per element of one weight; this quantizer tracks {len(tracked_parameter_list)} "
+                "(a quantizer shared by several layers is not supported, as in Brevitas)"
+            )
+        return torch.zeros(tracked_parameter_list[0].shape)
 
 
 class SolveIntScalingImplFromEnum(ExtendedInjector):

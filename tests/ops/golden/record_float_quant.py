@@ -42,8 +42,11 @@ class GivenScale(torch.nn.Module):
 
 
 def max_value_of(e, m, bias, inf_values, nan_values, saturating):
-    fmt_max = max_float(torch.tensor(float(e)), compute_max_mantissa(torch.tensor(float(m))),
-                        torch.tensor(float(bias)))
+    fmt_max = max_float(
+        torch.tensor(float(e)),
+        compute_max_mantissa(torch.tensor(float(m))),
+        torch.tensor(float(bias)),
+    )
     available = get_max_available_float(e, m, bias, nan_values, inf_values, saturating)
     return float(torch.min(fmt_max, torch.tensor(available)))
 
@@ -51,12 +54,25 @@ def max_value_of(e, m, bias, inf_values, nan_values, saturating):
 def block(fmt, scale):
     e, m, bias, signed, saturating, inf_values, nan_values = fmt
     available = get_max_available_float(e, m, bias, nan_values, inf_values, saturating)
-    clamp = FloatClamp(TensorClamp(), signed, inf_values=inf_values, nan_values=nan_values,
-                       max_available_float=available, saturating=saturating)
-    return FloatQuant(bit_width=e + m + int(signed), signed=signed, exponent_bit_width=e,
-                      mantissa_bit_width=m, exponent_bias=bias, float_clamp_impl=clamp,
-                      input_view_impl=torch.nn.Identity(), scaling_impl=GivenScale(scale),
-                      float_to_int_impl=RoundSte())
+    clamp = FloatClamp(
+        TensorClamp(),
+        signed,
+        inf_values=inf_values,
+        nan_values=nan_values,
+        max_available_float=available,
+        saturating=saturating,
+    )
+    return FloatQuant(
+        bit_width=e + m + int(signed),
+        signed=signed,
+        exponent_bit_width=e,
+        mantissa_bit_width=m,
+        exponent_bias=bias,
+        float_clamp_impl=clamp,
+        input_view_impl=torch.nn.Identity(),
+        scaling_impl=GivenScale(scale),
+        float_to_int_impl=RoundSte(),
+    )
 
 
 def main() -> None:
@@ -69,11 +85,14 @@ def main() -> None:
     specials = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, 1e38])
     cases = {}
     for name, fmt in FORMATS.items():
-        scales = (("tensor", torch.tensor(0.37)),
-                  ("channel", torch.tensor([0.5, 0.01, 2.0, 0.125]).view(4, 1, 1)))
+        scales = (
+            ("tensor", torch.tensor(0.37)),
+            ("channel", torch.tensor([0.5, 0.01, 2.0, 0.125]).view(4, 1, 1)),
+        )
         # float64 too: the scale's gradient is a sum of terms that cancel, which float32 loses.
-        for (scale_name, scale), dtype in [(sc, dt) for sc in scales
-                                           for dt in (torch.float32, torch.float64)]:
+        for (scale_name, scale), dtype in [
+            (sc, dt) for sc in scales for dt in (torch.float32, torch.float64)
+        ]:
             quant = block(fmt, scale.to(dtype))
             x = x0.to(dtype).clone().requires_grad_()
             y = quant(x)[0]
@@ -83,11 +102,14 @@ def main() -> None:
             cases[f"{name}/{scale_name}/{str(dtype)[6:]}"] = {
                 "format": fmt[:5] + (fmt[5] is not None, fmt[6] is not None),
                 "max_value": max_value_of(fmt[0], fmt[1], fmt[2], fmt[5], fmt[6], fmt[4]),
-                "x": x0.to(dtype).clone(), "scale": scale.to(dtype).clone(),
+                "x": x0.to(dtype).clone(),
+                "scale": scale.to(dtype).clone(),
                 "upstream": upstream.to(dtype).clone(),
                 "y": y.detach(),
-                "grad_x": x.grad, "grad_scale": quant.scaling_impl.scale.grad,
-                "specials": specials, "special_y": special_y,
+                "grad_x": x.grad,
+                "grad_scale": quant.scaling_impl.scale.grad,
+                "specials": specials,
+                "special_y": special_y,
             }
     torch.save(cases, HERE / "float_quant.pt")
     print(f"wrote {len(cases)} cases to {HERE / 'float_quant.pt'}")

@@ -9,7 +9,10 @@ from .quant_convtranspose import QuantConvTranspose1d, QuantConvTranspose2d, Qua
 from .quant_eltwise import QuantCat, QuantEltwiseAdd
 from .quant_embedding import QuantEmbedding
 from .quant_linear import QuantLinear
+from .quant_mha import QuantMultiheadAttention
+from .quant_rnn import QuantLSTM, QuantRNN
 from .quant_scale_bias import QuantScaleBias, ScaleBias
+from .quant_sdpa import QuantScaledDotProductAttention, ScaledDotProductAttention
 from .quant_upsample import QuantUpsample, QuantUpsamplingBilinear2d, QuantUpsamplingNearest2d
 
 __all__ = [
@@ -27,14 +30,19 @@ __all__ = [
     "QuantHardTanh",
     "QuantIdentity",
     "QuantLinear",
+    "QuantLSTM",
+    "QuantMultiheadAttention",
     "QuantReLU",
+    "QuantRNN",
     "QuantScaleBias",
+    "QuantScaledDotProductAttention",
     "QuantSigmoid",
     "QuantTanh",
     "QuantUpsample",
     "QuantUpsamplingBilinear2d",
     "QuantUpsamplingNearest2d",
     "ScaleBias",
+    "ScaledDotProductAttention",
     "TruncAdaptiveAvgPool2d",
     "TruncAvgPool2d",
 ]

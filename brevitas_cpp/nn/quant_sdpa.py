@@ -1,0 +1,172 @@
+"""Scaled dot-product attention (Brevitas's brevitas.nn.quant_sdpa): ScaledDotProductAttention,
+F.scaled_dot_product_attention as a module, and QuantScaledDotProductAttention, the same
+computation written out with quantizers on the scaled queries (``q_scaled_quant``), the
+transposed keys (``k_transposed_quant``), the values (``v_quant``), the scores before the
+softmax (``softmax_input_quant``, off by default), the attention weights after it
+(``attn_output_weights_quant``) and the output (``sdpa_output_quant``, off by default).
+
+Masks follow F.scaled_dot_product_attention: a bool ``attn_mask`` is True where attention is
+allowed, a float one is added to the scores; ``is_causal`` masks the upper triangle; ``scale``
+replaces 1/sqrt(E). As in Brevitas (and the float function), ``dropout_p > 0`` drops attention
+weights whatever the module's training mode. Keywords are routed by those prefixes.
+"""
+
+import math
+from typing import Any, Callable, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from brevitas_cpp.function import identity
+from brevitas_cpp.proxy.script import script_error
+from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
+
+from .quant_activation import QuantIdentity
+
+__all__ = ["ScaledDotProductAttention", "QuantScaledDotProductAttention"]
+
+_PREFIXES = (
+    "q_scaled_",
+    "k_transposed_",
+    "v_",
+    "softmax_input_",
+    "attn_output_weights_",
+    "sdpa_output_",
+)
+
+
+class ScaledDotProductAttention(nn.Module):
+    """F.scaled_dot_product_attention after optional pre-processing of q, k and v."""
+
+    def __init__(
+        self,
+        pre_process_q: Callable = identity,
+        pre_process_k: Callable = identity,
+        pre_process_v: Callable = identity,
+    ) -> None:
+        super().__init__()
+        self.pre_process_q = pre_process_q
+        self.pre_process_k = pre_process_k
+        self.pre_process_v = pre_process_v
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Optional[Tensor] = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: Optional[float] = None,
+        enable_gqa: bool = False,
+    ) -> Tensor:
+        extra: Dict[str, Any] = {}
+        if scale is not None:
+            extra["scale"] = scale
+        if enable_gqa:
+            extra["enable_gqa"] = enable_gqa
+        return F.scaled_dot_product_attention(
+            self.pre_process_q(query),
+            self.pre_process_k(key),
+            self.pre_process_v(value),
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            **extra,
+        )
+
+
+class QuantScaledDotProductAttention(nn.Module):
+    """Brevitas's QuantScaledDotProductAttention (see the module docstring)."""
+
+    def __init__(
+        self,
+        pre_process_q: Callable = identity,
+        pre_process_k: Callable = identity,
+        pre_process_v: Callable = identity,
+        softmax_input_quant: Any = None,
+        attn_output_weights_quant: Any = Uint8ActPerTensorFloat,
+        q_scaled_quant: Any = Int8ActPerTensorFloat,
+        k_transposed_quant: Any = Int8ActPerTensorFloat,
+        v_quant: Any = Int8ActPerTensorFloat,
+        sdpa_output_quant: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        routed: Dict[str, Dict[str, Any]] = {p: {} for p in _PREFIXES}
+        for name, value in kwargs.items():
+            prefix = max((p for p in _PREFIXES if name.startswith(p)), key=len, default=None)
+            if prefix is None:
+                raise TypeError(
+                    f"QuantScaledDotProductAttention: unexpected keyword argument "
+                    f"{name}={value!r}; keywords configure one of its quantizers and must start "
+                    f"with its prefix: {', '.join(map(repr, _PREFIXES))}"
+                )
+            routed[prefix][name[len(prefix) :]] = value
+        self.pre_process_q = pre_process_q
+        self.pre_process_k = pre_process_k
+        self.pre_process_v = pre_process_v
+        self.q_scaled_quant = QuantIdentity(q_scaled_quant, **routed["q_scaled_"])
+        self.k_transposed_quant = QuantIdentity(k_transposed_quant, **routed["k_transposed_"])
+        self.v_quant = QuantIdentity(v_quant, **routed["v_"])
+        self.softmax_input_quant = QuantIdentity(softmax_input_quant, **routed["softmax_input_"])
+        self.attn_output_weights_quant = QuantIdentity(
+            attn_output_weights_quant, **routed["attn_output_weights_"]
+        )
+        self.sdpa_output_quant = QuantIdentity(sdpa_output_quant, **routed["sdpa_output_"])
+
+    def __prepare_scriptable__(self) -> "QuantScaledDotProductAttention":
+        raise script_error(
+            self,
+            "its pre_process_q/k/v are Python callables",
+            "Trace it (torch.jit.trace) or compile it (torch.compile) instead.",
+        )
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Optional[Tensor] = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: Optional[float] = None,
+        enable_gqa: bool = False,
+    ) -> Tensor:
+        if is_causal and attn_mask is not None:
+            raise ValueError(
+                "QuantScaledDotProductAttention: give either attn_mask or is_causal=True, not both"
+            )
+        if enable_gqa:
+            raise NotImplementedError(
+                "QuantScaledDotProductAttention: enable_gqa=True (grouped-query attention) is "
+                "not supported; repeat the key and value heads to the query's instead"
+            )
+        if not 0.0 <= dropout_p <= 1.0:
+            raise ValueError(
+                f"QuantScaledDotProductAttention: dropout_p must be in [0, 1], got {dropout_p!r}"
+            )
+        tgt_len, src_len = query.size(-2), key.size(-2)
+        scale_factor = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+        bias_shape = (tgt_len, src_len) if attn_mask is None else attn_mask.shape
+        attn_bias = torch.zeros(bias_shape, dtype=query.dtype, device=query.device)
+        if is_causal:
+            allowed = torch.ones(tgt_len, src_len, dtype=torch.bool, device=query.device).tril(0)
+            attn_bias.masked_fill_(allowed.logical_not(), float("-inf"))
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                attn_bias.masked_fill_(attn_mask.logical_not(), float("-inf"))
+            else:
+                attn_bias += attn_mask
+        query = self.pre_process_q(query)
+        key = self.pre_process_k(key)
+        value = self.pre_process_v(value)
+        q_scaled = self.q_scaled_quant(query * scale_factor)
+        k_transposed = self.k_transposed_quant(key.transpose(-2, -1))
+        scores = q_scaled @ k_transposed
+        scores += attn_bias
+        weights = torch.softmax(self.softmax_input_quant(scores), dim=-1)
+        weights = torch.dropout(weights, dropout_p, train=True)
+        weights = self.attn_output_weights_quant(weights)
+        return self.sdpa_output_quant(weights @ self.v_quant(value))

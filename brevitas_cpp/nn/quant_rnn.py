@@ -940,6 +940,12 @@ def _add_bias(state_dict: Dict[str, Any], key: str, hidden_size: int, value: Ten
     state_dict[key].add_(value)
 
 
+def _cat_if_many(parts: List[Any], dim: int) -> Any:
+    """torch.cat of the per-direction or per-layer results, or the one result itself (a lone
+    QuantTensor keeps its metadata without going through the cat handler)."""
+    return torch.cat(parts, dim=dim) if len(parts) > 1 else parts[0]
+
+
 class QuantRNN(QuantRecurrentStackBase):
     """Brevitas's QuantRNN: an Elman RNN, h' = act(W_ih x + W_hh h + b), with the weights, the
     gate accumulator (``gate_acc_quant``) and the input and outputs (``io_quant``) quantized."""
@@ -1002,15 +1008,10 @@ class QuantRNN(QuantRecurrentStackBase):
                 out, out_state = layer_dir(inp, state)
                 dir_outputs.append(out)
                 dir_states.append(out_state)
-            if len(dir_outputs) > 1:
-                out = torch.cat(dir_outputs, dim=-1)
-                output_states.append(torch.cat(dir_states, dim=0))
-            else:
-                out = dir_outputs[0]
-                output_states.append(dir_states[0])
+            out = _cat_if_many(dir_outputs, -1)
+            output_states.append(_cat_if_many(dir_states, 0))
             inp = out
-        states = torch.cat(output_states, dim=0) if len(output_states) > 1 else output_states[0]
-        return out, states
+        return out, _cat_if_many(output_states, 0)
 
     def _load_float_tensor(
         self, state_dict: Dict[str, Any], layer_prefix: str, kind: str, value: Tensor
@@ -1122,31 +1123,15 @@ class QuantLSTM(QuantRecurrentStackBase):
                 dir_outputs.append(out)
                 dir_hidden.append(h)
                 dir_cell.append(c)
-            if len(dir_outputs) > 1:
-                out = torch.cat(dir_outputs, dim=-1)
-                hidden_states.append(torch.cat(dir_hidden, dim=0))
-                if self.cat_output_cell_states:
-                    cell_states.append(torch.cat(dir_cell, dim=0))
-                else:
-                    cell_states.extend(dir_cell)
+            out = _cat_if_many(dir_outputs, -1)
+            hidden_states.append(_cat_if_many(dir_hidden, 0))
+            if self.cat_output_cell_states:
+                cell_states.append(_cat_if_many(dir_cell, 0))
             else:
-                out = dir_outputs[0]
-                hidden_states.append(dir_hidden[0])
-                if self.cat_output_cell_states:
-                    cell_states.append(dir_cell[0])
-                else:
-                    cell_states.extend(dir_cell)
+                cell_states.extend(dir_cell)
             inp = out
-        cells: Any = cell_states
-        if len(hidden_states) > 1:
-            hidden: Any = torch.cat(hidden_states, dim=0)
-            if self.cat_output_cell_states:
-                cells = torch.cat(cell_states, dim=0)
-        else:
-            hidden = hidden_states[0]
-            if self.cat_output_cell_states:
-                cells = cell_states[0]
-        return out, (hidden, cells)
+        cells: Any = _cat_if_many(cell_states, 0) if self.cat_output_cell_states else cell_states
+        return out, (_cat_if_many(hidden_states, 0), cells)
 
     def _load_float_tensor(
         self, state_dict: Dict[str, Any], layer_prefix: str, kind: str, value: Tensor

@@ -1,9 +1,10 @@
 """Helpers shared by the proxies: the cache of a quantized tensor's metadata kept at inference
-(Brevitas's ``_CachedIO``) and ``ConvertRuntimeStatsToParameter``, the state_dict hook of
-activation quantizers whose scale is learned from runtime statistics.
+(Brevitas's ``_CachedIO``, and ``_CachedIOFloat`` for minifloat tensors) and
+``ConvertRuntimeStatsToParameter``, the state_dict hook of activation quantizers whose scale is
+learned from runtime statistics.
 """
 
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -31,6 +32,54 @@ class _CachedIO:
     @property
     def bit_width(self) -> torch.Tensor:
         return self.quant_tensor.bit_width
+
+    @property
+    def signed(self) -> bool:
+        return self.quant_tensor.signed
+
+
+class _CachedIOFloat:
+    """_CachedIO for a FloatQuantTensor: the minifloat metadata (scale, zero point, exponent and
+    mantissa widths, bias, saturation, inf/NaN codes, sign) and, unless metadata_only, the
+    tensor itself."""
+
+    def __init__(self, quant_tensor: Any, metadata_only: bool) -> None:
+        self.shape = quant_tensor.value.shape
+        if metadata_only:
+            self.value = None
+            self.quant_tensor = quant_tensor.set(value=None)
+        else:
+            self.quant_tensor = quant_tensor
+            self.value = quant_tensor.value
+        self.scale = quant_tensor.scale
+
+    @property
+    def zero_point(self) -> torch.Tensor:
+        return self.quant_tensor.zero_point
+
+    @property
+    def exponent_bit_width(self) -> torch.Tensor:
+        return self.quant_tensor.exponent_bit_width
+
+    @property
+    def mantissa_bit_width(self) -> torch.Tensor:
+        return self.quant_tensor.mantissa_bit_width
+
+    @property
+    def exponent_bias(self) -> torch.Tensor:
+        return self.quant_tensor.exponent_bias
+
+    @property
+    def saturating(self) -> bool:
+        return self.quant_tensor.saturating
+
+    @property
+    def inf_values(self) -> Optional[Sequence[str]]:
+        return self.quant_tensor.inf_values
+
+    @property
+    def nan_values(self) -> Optional[Sequence[str]]:
+        return self.quant_tensor.nan_values
 
     @property
     def signed(self) -> bool:

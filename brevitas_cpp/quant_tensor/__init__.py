@@ -1,14 +1,27 @@
 """Quantized tensors (Brevitas's brevitas.quant_tensor): `IntQuantTensor` carries a dequantized
-value with its scale, zero point, bit width and sign through a model; torch functions on it keep,
-derive or drop the quantization metadata (see torch_handler and int_torch_handler)."""
+value with its scale, zero point, bit width and sign through a model, `FloatQuantTensor` the
+same for a minifloat grid (exponent and mantissa widths, bias, inf/NaN codes); torch functions
+on them keep, derive or drop the quantization metadata (see the *torch_handler modules)."""
 
 from brevitas_cpp.quant_tensor.base_quant_tensor import (
     TOLERANCE,
+    FloatMixin,
+    FloatQuantTensorBase,
     IntMixin,
     IntQuantTensorBase,
     QuantTensor,
     _unpack_quant_tensor,  # noqa: F401 (the layers' helper, as in Brevitas)
 )
+from brevitas_cpp.quant_tensor.float_quant_tensor import FloatQuantTensor
 from brevitas_cpp.quant_tensor.int_quant_tensor import IntQuantTensor
 
-__all__ = ["IntMixin", "IntQuantTensor", "IntQuantTensorBase", "QuantTensor", "TOLERANCE"]
+__all__ = [
+    "FloatMixin",
+    "FloatQuantTensor",
+    "FloatQuantTensorBase",
+    "IntMixin",
+    "IntQuantTensor",
+    "IntQuantTensorBase",
+    "QuantTensor",
+    "TOLERANCE",
+]

@@ -4,16 +4,25 @@ an integer tensor (scale, zero point, bit width, signedness, training flag).
 `QuantTensor` holds the behaviour shared by every quantized tensor type (copying the tuple
 with each tensor field transformed, shape queries); `IntMixin` adds the integer view:
 `is_valid`, `int()`, the compatibility checks used by the arithmetic, and the shape methods
-that keep per-channel metadata aligned with the value."""
+that keep per-channel metadata aligned with the value. `FloatMixin` is the same for minifloat
+tensors: `is_valid`, `minifloat()`, `int()` (the significands) and their checks."""
 
-from typing import Any, Callable, Dict, List, NamedTuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from brevitas_cpp.function import round_ste
+from brevitas_cpp.utils.torch_utils import float_internal_scale
 
-__all__ = ["IntMixin", "IntQuantTensorBase", "QuantTensor", "TOLERANCE"]
+__all__ = [
+    "FloatMixin",
+    "FloatQuantTensorBase",
+    "IntMixin",
+    "IntQuantTensorBase",
+    "QuantTensor",
+    "TOLERANCE",
+]
 
 # How far value / scale + zero_point may sit from an integer and still count as one, per dtype.
 # float64 is not in Brevitas 0.12's table (is_valid raises KeyError there); it gets float32's.
@@ -25,7 +34,7 @@ TOLERANCE: Dict[torch.dtype, float] = {
 }
 
 # Fields holding flags: they stay bool tensors when the tuple is cast to another dtype.
-_FLAG_FIELDS = ("signed_t", "training_t")
+_FLAG_FIELDS = ("signed_t", "training_t", "saturating_t")
 
 
 class QuantTensor:
@@ -62,9 +71,9 @@ class QuantTensor:
         return self._map_tensor_fields(lambda t: t.contiguous())
 
     def to(self, *args: Any, **kwargs: Any) -> Any:
-        """Tensor.to on every field except the bool flags (signed_t, training_t), which stay host
-        side bools: casting them would turn `signed` into 1.0, and on another device reading
-        them with .item() would synchronise (or fail, on 'meta')."""
+        """Tensor.to on every field except the bool flags (signed_t, training_t, saturating_t),
+        which stay host side bools: casting them would turn `signed` into 1.0, and on another
+        device reading them with .item() would synchronise (or fail, on 'meta')."""
         return self._map_tensor_fields(lambda t: t.to(*args, **kwargs), skip_flags=True)
 
     def cuda(self, *args: Any, **kwargs: Any) -> Any:
@@ -129,6 +138,23 @@ class IntQuantTensorBase(NamedTuple):
     scale: Tensor
     zero_point: Tensor
     bit_width: Tensor
+    signed_t: Tensor
+    training_t: Tensor
+
+
+class FloatQuantTensorBase(NamedTuple):
+    """The fields of a minifloat QuantTensor, in Brevitas's order. inf_values and nan_values are
+    the mantissa bit strings reserved for inf and NaN at the top exponent (None for none)."""
+
+    value: Tensor
+    scale: Tensor
+    zero_point: Tensor
+    exponent_bit_width: Tensor
+    mantissa_bit_width: Tensor
+    exponent_bias: Tensor
+    saturating_t: Tensor
+    inf_values: Optional[Sequence[str]]
+    nan_values: Optional[Sequence[str]]
     signed_t: Tensor
     training_t: Tensor
 
@@ -261,6 +287,192 @@ class IntMixin:
             field = getattr(self, name)
             meta[name] = fn(field) if field.dim() == value.dim() else field
         return self.set(value=value, **meta)
+
+
+def _rearrange_metadata_dims(qt: Any, fn: Callable[[Tensor], Tensor], names: Sequence[str]) -> Any:
+    """fn on qt's value and on each named metadata tensor of the value's rank (see
+    IntMixin._rearrange_dims); lower-rank metadata broadcasts as it is."""
+    value = fn(qt.value)
+    meta = {}
+    for name in names:
+        field = getattr(qt, name)
+        meta[name] = fn(field) if field.dim() == value.dim() else field
+    return qt.set(value=value, **meta)
+
+
+class FloatMixin:
+    """Minifloat view and checks of a QuantTensor with scale, zero_point, exponent and mantissa
+    bit widths, exponent bias, inf/NaN codes and flags.
+
+    value / scale is a minifloat: a significand integer times the grid spacing at its exponent,
+    2 ** max(floor(log2|x|) - mantissa_bit_width, 1 - exponent_bias - mantissa_bit_width).
+    As in Brevitas, the zero point plays no part in the minifloat view."""
+
+    # Metadata tensors that must live on the value's device and follow its dims.
+    _METADATA = ("scale", "zero_point", "exponent_bit_width", "mantissa_bit_width", "exponent_bias")
+
+    def _scaled_and_grid_spacing(self) -> Tuple[Tensor, Tensor]:
+        """value / scale and the minifloat grid spacing around each element; in float32 for
+        bfloat16 (too coarse otherwise)."""
+        value, scale = self.value, self.scale
+        if scale.dtype == torch.bfloat16:
+            value = value.type(torch.float32)
+            scale = scale.type(torch.float32)
+        scaled = value / scale
+        # The subnormal spacing: the least exponent (1 - bias) less the mantissa bits.
+        min_internal_scale = 1.0 - self.exponent_bias - self.mantissa_bit_width
+        eps = torch.finfo(scale.dtype).tiny  # keeps log2 of zero finite
+        spacing = float_internal_scale(scaled, self.mantissa_bit_width, min_internal_scale, eps)
+        return scaled, spacing
+
+    @property
+    def _pre_round_float_value(self) -> Tensor:
+        """value / scale in units of its minifloat grid spacing (integers on the grid)."""
+        scaled, spacing = self._scaled_and_grid_spacing()
+        return scaled / spacing
+
+    @property
+    def is_valid(self) -> bool:
+        """Whether value / scale is (within TOLERANCE of the grid spacing) a minifloat of these
+        exponent and mantissa widths. As in Brevitas, the range (max value, inf/NaN codes,
+        saturation) is not checked."""
+        dtype = self.value.dtype
+        if dtype not in TOLERANCE:
+            raise TypeError(
+                f"{type(self).__name__}.is_valid: value dtype {dtype} is not a floating point "
+                f"dtype; accepted: {sorted(str(d) for d in TOLERANCE)}"
+            )
+        with torch.no_grad():
+            pre_round = self._pre_round_float_value
+            max_abs_diff = torch.max(torch.abs(pre_round - torch.round(pre_round)))
+            return bool((max_abs_diff < TOLERANCE[dtype]).item())
+
+    def minifloat(self, float_datatype: bool = True) -> Tensor:
+        """value / scale snapped to the minifloat grid, in the scale's dtype (no float8 dtype is
+        returned, as in Brevitas: float_datatype must be True)."""
+        if not float_datatype:
+            raise ValueError(
+                f"{type(self).__name__}.minifloat: float_datatype must be True (minifloats are "
+                f"returned in the scale's dtype), got {float_datatype!r}"
+            )
+        if not self.is_valid:
+            raise RuntimeError(
+                f"{type(self).__name__}.minifloat(): value / scale is not on the minifloat grid "
+                f"of exponent_bit_width={_describe(self.exponent_bit_width)}, "
+                f"mantissa_bit_width={_describe(self.mantissa_bit_width)}, "
+                f"exponent_bias={_describe(self.exponent_bias)} (is_valid is False)"
+            )
+        scaled, spacing = self._scaled_and_grid_spacing()
+        return (torch.round(scaled / spacing) * spacing).type(self.scale.dtype)
+
+    @property
+    def device(self) -> torch.device:
+        """The value's device; an error if a metadata tensor lives elsewhere."""
+        value_device = self.value.device
+        for name in self._METADATA:
+            field_device = getattr(self, name).device
+            if field_device != value_device:
+                raise RuntimeError(
+                    f"{type(self).__name__}: value and metadata are on different devices: value "
+                    f"is on {value_device} but {name} is on {field_device}"
+                )
+        return value_device
+
+    def check_scaling_factors_same(self, other: Any) -> bool:
+        """In eval, both operands must share a scale (in training the output scale averages them)."""
+        if self.training:
+            return True
+        if not torch.allclose(self.scale, other.scale):
+            raise RuntimeError(
+                f"{type(self).__name__}: scaling factors are different in eval mode: "
+                f"{_describe(self.scale)} vs {_describe(other.scale)}; requantize the operands "
+                f"with a shared quantizer so they have the same scale"
+            )
+        return True
+
+    def check_zero_points_same(self, other: Any) -> bool:
+        if self.training:
+            return True
+        if not torch.allclose(self.zero_point, other.zero_point):
+            raise RuntimeError(
+                f"{type(self).__name__}: zero points are different in eval mode: "
+                f"{_describe(self.zero_point)} vs {_describe(other.zero_point)}"
+            )
+        return True
+
+    def check_bit_width_same(self, other: Any) -> bool:
+        """Exponent and mantissa widths must both match (Brevitas 0.12 raised only when both
+        differed, so e4m3 and e4m2 passed)."""
+        for name in ("exponent_bit_width", "mantissa_bit_width"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if not torch.allclose(mine, theirs):
+                raise RuntimeError(
+                    f"{type(self).__name__}: bit widths are different: {name} "
+                    f"{_describe(mine)} vs {_describe(theirs)}"
+                )
+        return True
+
+    def check_exponent_bias(self, other: Any) -> bool:
+        if not torch.allclose(self.exponent_bias, other.exponent_bias):
+            raise RuntimeError(
+                f"{type(self).__name__}: exponent biases are different: "
+                f"{_describe(self.exponent_bias)} vs {_describe(other.exponent_bias)}"
+            )
+        return True
+
+    def check_inf_nan_same(self, other: Any) -> bool:
+        """The inf and the NaN codes must both match, None counting as no code (Brevitas 0.12
+        raised only when both differed, and failed on None)."""
+        for name in ("inf_values", "nan_values"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if set(mine or ()) != set(theirs or ()):
+                raise RuntimeError(
+                    f"{type(self).__name__}: floating point representations are different: "
+                    f"{name} {mine!r} vs {theirs!r}"
+                )
+        return True
+
+    def check_saturating_same(self, other: Any) -> bool:
+        """Not checked by Brevitas 0.12, whose outputs silently took the first operand's flag."""
+        if not self.saturating == other.saturating:
+            raise RuntimeError(
+                f"{type(self).__name__}: saturation is different: saturating={self.saturating} "
+                f"vs saturating={other.saturating}"
+            )
+        return True
+
+    def check_sign_same(self, other: Any) -> bool:
+        if not self.signed == other.signed:
+            raise RuntimeError(
+                f"{type(self).__name__}: signs are different: signed={self.signed} vs "
+                f"signed={other.signed}"
+            )
+        return True
+
+    def view(self, *args: Any, **kwargs: Any) -> Any:
+        return self.set(value=self.value.view(*args, **kwargs))
+
+    def reshape(self, *args: Any, **kwargs: Any) -> Any:
+        return self.set(value=self.value.reshape(*args, **kwargs))
+
+    def flatten(self, *args: Any, **kwargs: Any) -> Any:
+        return self.set(value=self.value.flatten(*args, **kwargs))
+
+    def transpose(self, *args: Any, **kwargs: Any) -> Any:
+        # Brevitas moves only scale and zero point; the other metadata is per tensor there, and
+        # moving it too keeps a same-rank one aligned.
+        return _rearrange_metadata_dims(
+            self, lambda t: t.transpose(*args, **kwargs), self._METADATA
+        )
+
+    def permute(self, *args: Any, **kwargs: Any) -> Any:
+        return _rearrange_metadata_dims(self, lambda t: t.permute(*args, **kwargs), self._METADATA)
+
+    # Last in the class: later annotations naming `int` would otherwise see this method.
+    def int(self) -> Tensor:
+        """The significand integers: value / scale in units of its grid spacing, rounded. Not
+        checked for validity, and no gradient through the rounding (both as Brevitas)."""
+        return torch.round(self._pre_round_float_value)
 
 
 def _unpack_quant_tensor(input_data: Any) -> Any:

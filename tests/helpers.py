@@ -4,6 +4,7 @@ pytest runs with --import-mode=importlib, so test files cannot import each other
 found through `pythonpath = ["tests"]` in pyproject.toml instead. It never imports brevitas_cpp:
 the references below are plain torch, independent of the library under test."""
 
+import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -265,3 +266,28 @@ def quant_opcheck_inputs(noncontig: bool, requires_grad: bool) -> Tuple[Tensor, 
     if requires_grad:
         x, s = x.clone().requires_grad_(), s.clone().requires_grad_()
     return x, s
+
+
+# ---- minifloat formats, enumerated from their bit fields ----
+
+
+def format_values(e: int, m: int, bias: int, max_value: float) -> torch.Tensor:
+    """Every non-negative value of the format up to max_value, from its bit fields: subnormals
+    (exponent field 0) M / 2^m * 2^(1 - bias), normals (1 + M / 2^m) * 2^(E - bias)."""
+    values = []
+    for exponent_field in range(2**e):
+        for mantissa_field in range(2**m):
+            if exponent_field == 0:
+                v = mantissa_field / 2**m * 2.0 ** (1 - bias)
+            else:
+                v = (1 + mantissa_field / 2**m) * 2.0 ** (exponent_field - bias)
+            if v <= max_value:
+                values.append((v, mantissa_field))
+    return values
+
+
+def nearest(u: float, grid) -> float:
+    """The format value nearest to u, ties to the even mantissa field, saturating at the top."""
+    a = abs(u)
+    best = min(grid, key=lambda vm: (abs(vm[0] - a), vm[1] % 2))
+    return math.copysign(best[0], u)

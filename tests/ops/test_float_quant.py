@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import DTYPE_IDS, DTYPES, assert_bitwise
+from helpers import DTYPE_IDS, DTYPES, assert_bitwise, format_values, nearest
 
 import brevitas_cpp  # noqa: F401  (registers the ops)
 
@@ -71,28 +71,6 @@ def test_equals_brevitas(name):
 
 
 # ---- against the enumerated formats --------------------------------------------------------------
-
-
-def format_values(e: int, m: int, bias: int, max_value: float) -> torch.Tensor:
-    """Every non-negative value of the format up to max_value, from its bit fields: subnormals
-    (exponent field 0) M / 2^m * 2^(1 - bias), normals (1 + M / 2^m) * 2^(E - bias)."""
-    values = []
-    for exponent_field in range(2**e):
-        for mantissa_field in range(2**m):
-            if exponent_field == 0:
-                v = mantissa_field / 2**m * 2.0 ** (1 - bias)
-            else:
-                v = (1 + mantissa_field / 2**m) * 2.0 ** (exponent_field - bias)
-            if v <= max_value:
-                values.append((v, mantissa_field))
-    return values
-
-
-def nearest(u: float, grid) -> float:
-    """The format value nearest to u, ties to the even mantissa field, saturating at the top."""
-    a = abs(u)
-    best = min(grid, key=lambda vm: (abs(vm[0] - a), vm[1] % 2))
-    return math.copysign(best[0], u)
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))

@@ -1,6 +1,7 @@
 // float_quant on the CPU: the scaled-op drivers (layout, dtype dispatch, the scale-gradient
-// reduction) around the shared scalar arithmetic of common/rounding.h, lane by lane (the grid's
-// exponent comes from frexp, which has no vector form).
+// reduction) around the shared arithmetic: its vector form (quant_math.h) for float and double,
+// the scalar one of common/rounding.h lane by lane otherwise (half precision, extreme biases).
+#include "ops/common/quant_math.h"
 #include "ops/common/rounding.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/scaled_quant.h"
@@ -32,6 +33,7 @@ at::Tensor float_quant_cpu(const at::Tensor& x, const at::Tensor& scale, int64_t
                                           is_signed, saturating, inf_values, nan_values, rounding_mode, "float_quant");
   return scaled_quant_forward(x, scale, "float_quant", [&f](const auto& xv, const auto& s) {
     using T = typename std::decay_t<decltype(xv)>::value_type;
+    if (vec_math::minifloat_vectorizes<T>(f)) return vec_math::float_quant_element<T>(xv, s, f).y;
     return per_lane<T>(xv, s, [&f](T xe, T se) { return float_quant_element<T>(xe, se, f).y; });
   });
 }
@@ -48,6 +50,11 @@ std::tuple<at::Tensor, at::Tensor> float_quant_backward_cpu(
       grad, x, scale, output_mask, "_float_quant_backward", [&f](const auto& g, const auto& xv, const auto& s) {
         using T = typename std::decay_t<decltype(xv)>::value_type;
         using A = opmath_t<T>;
+        if (vec_math::minifloat_vectorizes<T>(f)) {
+          const auto e = vec_math::float_quant_element<T>(xv, s, f);
+          const Vec<T> through = e.slope & e.passed;
+          return std::pair{g * through, g * (e.q - through * e.u)};
+        }
         T gv[Vec<T>::size()], xa[Vec<T>::size()], sa[Vec<T>::size()], dx[Vec<T>::size()], ds[Vec<T>::size()];
         g.store(gv);
         xv.store(xa);

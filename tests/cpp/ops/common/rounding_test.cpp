@@ -103,6 +103,84 @@ TEST(SymmetricQuant, VectorFormsEqualTheScalarFormsBitForBit) {
   expect_symmetric_quant_vector_matches_scalar<c10::BFloat16>();
 }
 
+// float_quant's arithmetic: the vector form against the scalar one, lane by lane, for OCP e4m3
+// and e5m2 (saturating, inf and NaN), unsigned e2m1 and a custom e3m5 with bias 20, each rounding
+// mode, scales 1, 1/3 and 2^-12, over the probe values, powers of two and their neighbours,
+// subnormals of the formats and of T, and the specials.
+template <typename T>
+std::vector<T> minifloat_probes() {
+  std::vector<T> v;
+  for (double p : probe_values()) v.push_back(static_cast<T>(p));
+  for (int k = -30; k <= 20; ++k) {
+    const T p = std::ldexp(T(1), k);
+    for (T x : {p, std::nextafter(p, T(0)), std::nextafter(p, T(4 * p)), T(1.5) * p, T(1.0625) * p}) {
+      v.push_back(x);
+      v.push_back(-x);
+    }
+  }
+  v.push_back(std::numeric_limits<T>::denorm_min());
+  v.push_back(-std::numeric_limits<T>::min() / T(3));
+  return v;
+}
+
+template <typename T>
+void expect_float_quant_vector_matches_scalar(MinifloatFormat f) {
+  using V = at::vec::Vectorized<T>;
+  ASSERT_TRUE(vec_math::minifloat_vectorizes<T>(f));
+  const std::vector<T> values = minifloat_probes<T>();
+  for (const double scale : {1.0, 1.0 / 3.0, 0.000244140625}) {
+    const T s = static_cast<T>(scale);
+    for (size_t start = 0; start < values.size(); start += V::size()) {
+      T in[V::size()], y[V::size()], q[V::size()], passed[V::size()], slope[V::size()];
+      const int64_t n = std::min<int64_t>(V::size(), values.size() - start);
+      for (int64_t j = 0; j < V::size(); ++j) in[j] = j < n ? values[start + j] : T(0);
+      const auto lanes = vec_math::float_quant_element<T>(V::loadu(in), V(s), f);
+      lanes.y.store(y);
+      lanes.q.store(q);
+      lanes.passed.store(passed);
+      lanes.slope.store(slope);
+      for (int64_t j = 0; j < n; ++j) {
+        const auto e = scalar_math::float_quant_element<T>(in[j], s, f);
+        const bool lane_passed = passed[j] != T(0) || std::isnan(passed[j]);
+        EXPECT_TRUE(same_bits(y[j], e.y)) << static_cast<double>(in[j]) << " scale " << scale << ": vector "
+                                          << static_cast<double>(y[j]) << ", scalar " << static_cast<double>(e.y);
+        EXPECT_TRUE(same_bits(q[j], e.q)) << static_cast<double>(in[j]) << " scale " << scale;
+        EXPECT_EQ(lane_passed, e.passed) << static_cast<double>(in[j]) << " scale " << scale;
+        if (e.passed) EXPECT_TRUE(same_bits(slope[j], e.slope)) << static_cast<double>(in[j]) << " scale " << scale;
+      }
+    }
+  }
+}
+
+// m mantissa bits, the exponent bias and the largest value (the exponent width is in it).
+MinifloatFormat minifloat(int m, int bias, double max_value, bool is_signed, bool saturating, bool inf_values,
+                          RoundingMode rounding) {
+  return MinifloatFormat{m, 1 - bias - m, max_value, is_signed, saturating, inf_values, rounding};
+}
+
+TEST(FloatQuant, VectorFormEqualsTheScalarFormBitForBit) {
+  for (RoundingMode mode : {RoundingMode::kRound, RoundingMode::kCeil, RoundingMode::kFloor, RoundingMode::kRoundToZero,
+                            RoundingMode::kDpu}) {
+    for (const MinifloatFormat& f :
+         {minifloat(3, 7, 448.0, true, true, false, mode), minifloat(2, 15, 57344.0, true, false, true, mode),
+          minifloat(3, 7, 448.0, true, false, false, mode), minifloat(1, 1, 6.0, false, true, false, mode),
+          minifloat(5, 20, 0.0009765625, true, true, false, mode)}) {
+      expect_float_quant_vector_matches_scalar<float>(f);
+      expect_float_quant_vector_matches_scalar<double>(f);
+    }
+  }
+}
+
+TEST(FloatQuant, HalfPrecisionAndExtremeBiasesTakeTheScalarForm) {
+  const MinifloatFormat ocp = minifloat(3, 7, 448.0, true, true, false, RoundingMode::kRound);
+  EXPECT_FALSE(vec_math::minifloat_vectorizes<c10::Half>(ocp));
+  EXPECT_FALSE(vec_math::minifloat_vectorizes<c10::BFloat16>(ocp));
+  // 2^(1 - 200 - 3) is no normal float: float lanes take the scalar form, double ones do not.
+  const MinifloatFormat deep = minifloat(3, 200, 1.0, true, true, false, RoundingMode::kRound);
+  EXPECT_FALSE(vec_math::minifloat_vectorizes<float>(deep));
+  EXPECT_TRUE(vec_math::minifloat_vectorizes<double>(deep));
+}
+
 TEST(SymmetricQuant, ScalarFormFollowsItsDefinition) {
   using scalar_math::symmetric_quant;
   const double inf = std::numeric_limits<double>::infinity();

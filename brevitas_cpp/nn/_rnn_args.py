@@ -1,0 +1,54 @@
+"""Argument handling shared by the recurrent layers: routing of the quantizer keywords by
+prefix, building an activation proxy as Brevitas does, and the up-front checks whose errors name
+the layer and the argument."""
+
+from typing import Any, Dict, Tuple
+
+from torch import nn
+
+
+def _split_kwargs(
+    layer_name: str, kwargs: Dict[str, Any], prefixes: Tuple[str, ...]
+) -> Dict[str, Dict[str, Any]]:
+    """kwargs by quantizer prefix (longest match first); a keyword with no prefix is an error."""
+    routed: Dict[str, Dict[str, Any]] = {p: {} for p in prefixes}
+    for name, value in kwargs.items():
+        match = max((p for p in prefixes if name.startswith(p)), key=len, default=None)
+        if match is None:
+            raise TypeError(
+                f"{layer_name}: unexpected keyword argument {name}={value!r}. Keywords beyond the "
+                f"layer's own arguments set quantizer attributes and must start with a quantizer "
+                f"prefix; accepted prefixes: {', '.join(repr(p) for p in prefixes)}"
+            )
+        routed[match][name] = value
+    return routed
+
+
+def _act_proxy(
+    layer_name: str, layer_class: type, quant: Any, prefix: str, kwargs: Dict[str, Any]
+) -> nn.Module:
+    """The proxy of an activation quantizer built as Brevitas builds it (an inner QuantIdentity,
+    QuantSigmoid or QuantTanh whose act_quant it is), configured by the ``prefix`` keywords."""
+    unprefixed = {k[len(prefix) :]: v for k, v in kwargs.items()}
+    try:
+        return layer_class(quant, **unprefixed).act_quant
+    except TypeError as error:
+        raise TypeError(
+            f"{layer_name}: the {prefix}* keywords {sorted(kwargs)} configure the "
+            f"{layer_class.__name__} quantizer {getattr(quant, '__name__', type(quant).__name__)}"
+            f": {error}"
+        ) from error
+
+
+def _check_bool(layer_name: str, **flags: Any) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"{layer_name}: {name} must be a bool, got {value!r} ({type(value).__name__})"
+            )
+
+
+def _check_size(layer_name: str, **sizes: Any) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{layer_name}: {name} must be a positive int, got {value!r}")

@@ -1,0 +1,170 @@
+"""The time loops of QuantRNN and QuantLSTM: one module per layer and direction holding the
+activation quantizers' fused modules (Brevitas's "fast cell"), scriptable so that with
+``BREVITAS_JIT=1`` a layer runs its whole sequence compiled, and ``_CellProxies``, the
+``layer.cell`` that keeps the proxies themselves under Brevitas's state_dict keys."""
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# What a quantizer gives the time loop: the value and, when quantized, its metadata.
+_OptTuple = Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]
+
+
+class _NoQuantInner(nn.Module):
+    def forward(self, x: Tensor) -> _OptTuple:
+        return x, None, None, None
+
+
+class _NoQuant(nn.Module):
+    """Stands in for a quantizer that quantizes nothing (no fused module): the value, no
+    metadata. Its ``tensor_quant`` does the same, so the CIFG path compiles as for a fused
+    module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tensor_quant = _NoQuantInner()
+
+    def forward(self, x: Tensor) -> _OptTuple:
+        return x, None, None, None
+
+
+def _fused(proxy: nn.Module) -> nn.Module:
+    """What the time loop calls for an activation proxy: its activation fused with its quantizer
+    (Brevitas's fast cell calls the same module), or _NoQuant when it has neither."""
+    fused = proxy.fused_activation_quant_proxy
+    return _NoQuant() if fused is None else fused
+
+
+class _QuantRNNCell(nn.Module):
+    """The time loop of one QuantRNN layer and direction (scriptable)."""
+
+    __constants__ = ["reverse_input", "batch_first"]
+
+    def __init__(
+        self,
+        act_fn: nn.Module,
+        gate_acc_quant: nn.Module,
+        output_quant: nn.Module,
+        reverse_input: bool,
+        batch_first: bool,
+    ) -> None:
+        super().__init__()
+        self.act_fn = act_fn
+        self.gate_acc_quant = gate_acc_quant
+        self.output_quant = output_quant
+        self.reverse_input = reverse_input
+        self.batch_first = batch_first
+
+    def forward(
+        self,
+        quant_input: Tensor,
+        quant_state: Tensor,
+        quant_weight_ih: Tensor,
+        quant_weight_hh: Tensor,
+        quant_bias: Tensor,
+    ) -> List[_OptTuple]:
+        inputs = quant_input.unbind(1 if self.batch_first else 0)
+        steps = len(inputs)
+        outputs: List[_OptTuple] = []
+        for i in range(steps):
+            t = steps - 1 - i if self.reverse_input else i
+            gate_ih = F.linear(inputs[t], quant_weight_ih)
+            gate_hh = F.linear(quant_state, quant_weight_hh)
+            gate = self.gate_acc_quant(gate_ih + gate_hh + quant_bias)[0]
+            gate = self.act_fn(gate)
+            value, scale, zero_point, bit_width = self.output_quant(gate)
+            outputs.append((value, scale, zero_point, bit_width))
+            quant_state = value
+        return outputs
+
+
+class _QuantLSTMCell(nn.Module):
+    """The time loop of one QuantLSTM layer and direction (scriptable). Gates i, f, g, o as in
+    nn.LSTM; with cifg the forget gate is 1 - i, the 1 on the input sigmoid's grid."""
+
+    __constants__ = ["reverse_input", "batch_first", "cifg"]
+
+    def __init__(
+        self,
+        quants: Dict[str, nn.Module],
+        reverse_input: bool,
+        batch_first: bool,
+        cifg: bool,
+    ) -> None:
+        super().__init__()
+        self.output_quant = quants["output_quant"]
+        self.cell_state_quant = quants["cell_state_quant"]
+        self.input_acc_quant = quants["input_acc_quant"]
+        self.forget_acc_quant = quants["forget_acc_quant"]
+        self.cell_acc_quant = quants["cell_acc_quant"]
+        self.output_acc_quant = quants["output_acc_quant"]
+        self.input_sigmoid_quant = quants["input_sigmoid_quant"]
+        self.forget_sigmoid_quant = quants["forget_sigmoid_quant"]
+        self.cell_tanh_quant = quants["cell_tanh_quant"]
+        self.output_sigmoid_quant = quants["output_sigmoid_quant"]
+        self.hidden_state_tanh_quant = quants["hidden_state_tanh_quant"]
+        self.reverse_input = reverse_input
+        self.batch_first = batch_first
+        self.cifg = cifg
+
+    def forward(
+        self,
+        quant_input: Tensor,
+        quant_hidden_state: Tensor,
+        quant_cell_state: Tensor,
+        weights: List[Tensor],
+        biases: List[Tensor],
+    ) -> Tuple[List[_OptTuple], _OptTuple]:
+        # weights: ii, if, ic, io, hi, hf, hc, ho; biases: input, forget, cell, output.
+        w_ii, w_if, w_ic, w_io = weights[0], weights[1], weights[2], weights[3]
+        w_hi, w_hf, w_hc, w_ho = weights[4], weights[5], weights[6], weights[7]
+        b_i, b_f, b_c, b_o = biases[0], biases[1], biases[2], biases[3]
+        inputs = quant_input.unbind(1 if self.batch_first else 0)
+        steps = len(inputs)
+        hidden_states: List[_OptTuple] = []
+        cell_tuple: _OptTuple = (quant_cell_state, None, None, None)
+        for i in range(steps):
+            t = steps - 1 - i if self.reverse_input else i
+            x = inputs[t]
+            h = quant_hidden_state
+            input_gate = self.input_acc_quant(F.linear(x, w_ii) + F.linear(h, w_hi) + b_i)[0]
+            input_gate = self.input_sigmoid_quant(input_gate)[0]
+            if self.cifg:
+                # The input sigmoid's quantizer alone (its statistics see the ones, as in
+                # Brevitas), so that 1 lies on the input gate's grid.
+                ones = self.input_sigmoid_quant.tensor_quant(torch.ones_like(input_gate))[0]
+                forget_gate = ones - input_gate
+            else:
+                forget_gate = self.forget_acc_quant(F.linear(x, w_if) + F.linear(h, w_hf) + b_f)[0]
+                forget_gate = self.forget_sigmoid_quant(forget_gate)[0]
+            cell_gate = self.cell_acc_quant(F.linear(x, w_ic) + F.linear(h, w_hc) + b_c)[0]
+            cell_gate = self.cell_tanh_quant(cell_gate)[0]
+            out_gate = self.output_acc_quant(F.linear(x, w_io) + F.linear(h, w_ho) + b_o)[0]
+            out_gate = self.output_sigmoid_quant(out_gate)[0]
+            forget_cell = self.cell_state_quant(forget_gate * quant_cell_state)[0]
+            input_cell = self.cell_state_quant(input_gate * cell_gate)[0]
+            c_value, c_scale, c_zero_point, c_bit_width = self.cell_state_quant(
+                forget_cell + input_cell
+            )
+            cell_tuple = (c_value, c_scale, c_zero_point, c_bit_width)
+            hidden_tanh = self.hidden_state_tanh_quant(c_value)[0]
+            h_value, h_scale, h_zero_point, h_bit_width = self.output_quant(out_gate * hidden_tanh)
+            hidden_states.append((h_value, h_scale, h_zero_point, h_bit_width))
+            quant_hidden_state = h_value
+            quant_cell_state = c_value
+        return hidden_states, cell_tuple
+
+
+class _CellProxies(nn.Module):
+    """``layer.cell``: the activation proxies of a layer under Brevitas's names (its state_dict
+    keys), and the loop's settings. What runs is the fast cell built from them."""
+
+    def __init__(self, reverse_input: bool, batch_first: bool, **proxies: nn.Module) -> None:
+        super().__init__()
+        for name, proxy in proxies.items():
+            setattr(self, name, proxy)
+        self.reverse_input = reverse_input
+        self.batch_first = batch_first

@@ -1,0 +1,148 @@
+"""What one layer and direction of QuantRNN and QuantLSTM share (Brevitas's
+QuantRecurrentLayerMixin): quantization of the input and the initial states, packing of the
+time loop's outputs into Tensors or IntQuantTensors, the gate weights' initialisation and the
+cache of the (possibly scripted) time loop."""
+
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from brevitas_cpp import config
+from brevitas_cpp.quant_tensor import IntQuantTensor, _unpack_quant_tensor
+
+from ._rnn_cells import _fused, _OptTuple
+from ._rnn_gates import _GATE_TENSOR, GateParams
+
+
+class _QuantRecurrentLayer(nn.Module):
+    """What the RNN and LSTM layers share: input and state quantization, packing of the outputs
+    (Brevitas's QuantRecurrentLayerMixin) and the fast-cell cache."""
+
+    def _init_layer(
+        self,
+        io_quant: nn.Module,
+        input_size: int,
+        hidden_size: int,
+        reverse_input: bool,
+        quantize_output_only: bool,
+        shared_input_hidden_weights: bool,
+        return_quant_tensor: bool,
+    ) -> None:
+        self.io_quant = io_quant
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.reverse_input = reverse_input
+        self.quantize_output_only = quantize_output_only
+        self.shared_input_hidden_weights = shared_input_hidden_weights
+        self.return_quant_tensor = return_quant_tensor
+        self.accept_quant_tensor = True
+        # Brevitas's switch between a loop calling the proxies and one calling their fused
+        # modules; the two compute the same numbers, and this layer always runs the latter.
+        self.fast_mode = True
+        self.__dict__["_fast_cell_cache"] = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # The cached loop (possibly a ScriptModule) is rebuilt on demand, never copied.
+        state = dict(self.__dict__)
+        state["_fast_cell_cache"] = None
+        return state
+
+    def reset_parameters(self) -> None:
+        """U(-1/sqrt(hidden), 1/sqrt(hidden)) for the gate weights and biases, as nn.RNN.
+
+        Brevitas 0.12 draws for every parameter whose name contains "gate" and so also
+        overwrites quantizer parameters under such names, e.g. the learned scale of QuantRNN's
+        ``gate_acc_quant`` (which then starts its learned phase at U(-1/sqrt(h), 1/sqrt(h)) times
+        its statistic, negative half of the time: a scale brevitas_cpp's quantizer refuses).
+        The same draws are made here, in the same order, so a seeded layer has Brevitas's
+        weights, but only the gate weights and biases receive them."""
+        std = 1.0 / math.sqrt(self.hidden_size)
+        for name, param in self.named_parameters():
+            if "gate" in name:
+                # A gate weight may be reached through a shared quantizer's tracked list (a
+                # shared direction's, too): Brevitas re-draws it there, and so does this.
+                target = param if getattr(param, _GATE_TENSOR, False) else torch.empty_like(param)
+                nn.init.uniform_(target, -std, std)
+
+    def _cell_quants(self) -> Dict[str, nn.Module]:
+        raise NotImplementedError
+
+    def _make_cell(self, quants: Dict[str, nn.Module]) -> nn.Module:
+        raise NotImplementedError
+
+    def fast_cell(self) -> nn.Module:
+        """The time loop over the current fused modules (rebuilt when a proxy rebuilt its
+        quantizer, e.g. on sharing or state_dict load); scripted with BREVITAS_JIT=1."""
+        quants = self._cell_quants()
+        key = tuple(id(getattr(self.cell, name).fused_activation_quant_proxy) for name in quants)
+        cache = self.__dict__.get("_fast_cell_cache")
+        if cache is None or cache[0] != key:
+            cell = self._make_cell({n: _fused(getattr(self.cell, n)) for n in quants})
+            if config.JIT_ENABLED:
+                cell = torch.jit.script(cell)
+            cache = (key, cell)
+            self.__dict__["_fast_cell_cache"] = cache
+        return cache[1]
+
+    def maybe_quantize_input(self, inp: Any) -> Any:
+        if isinstance(inp, nn.utils.rnn.PackedSequence):
+            raise RuntimeError(f"{type(self).__name__}: PackedSequence input is not supported")
+        if self.quantize_output_only:
+            return inp
+        return self.io_quant(inp)
+
+    def maybe_quantize_state(
+        self, inp: Tensor, state: Optional[Tensor], quant: nn.Module
+    ) -> Tensor:
+        if state is None:
+            batch_size = inp.size(0) if self.cell.batch_first else inp.size(1)
+            return torch.zeros(batch_size, self.hidden_size, dtype=inp.dtype, device=inp.device)
+        return _unpack_quant_tensor(quant(state))
+
+    def pack_quant_outputs(self, quant_outputs: List[_OptTuple]) -> Any:
+        seq_dim = 1 if self.cell.batch_first else 0
+        if self.return_quant_tensor and self.io_quant.is_quant_enabled:
+            outputs = [
+                IntQuantTensor(
+                    torch.unsqueeze(o[0], dim=seq_dim),
+                    o[1],
+                    o[2],
+                    o[3],
+                    self.io_quant.is_signed,
+                    self.training,
+                )
+                for o in quant_outputs
+            ]
+        else:
+            outputs = [torch.unsqueeze(o[0], dim=seq_dim) for o in quant_outputs]
+        if self.reverse_input:
+            outputs = list(reversed(outputs))
+        # torch.cat of IntQuantTensors: in training the mean of their scales, as in Brevitas.
+        return torch.cat(outputs, dim=seq_dim)
+
+    def pack_quant_state(self, quant_state: _OptTuple, quant: nn.Module) -> Any:
+        if self.return_quant_tensor and quant.is_quant_enabled:
+            return IntQuantTensor(
+                torch.unsqueeze(quant_state[0], dim=0),
+                quant_state[1],
+                quant_state[2],
+                quant_state[3],
+                quant.is_signed,
+                self.training,
+            )
+        return torch.unsqueeze(quant_state[0], dim=0)
+
+    @staticmethod
+    def gate_params_fwd(gate: GateParams, quant_input: Any) -> Tuple[Any, Any, Any]:
+        quant_weight_ih = gate.input_weight()
+        quant_weight_hh = gate.hidden_weight()
+        quant_bias = gate.bias_quant(gate.bias, quant_input, quant_weight_ih)
+        return quant_weight_ih, quant_weight_hh, quant_bias
+
+    @staticmethod
+    def _bias_value(quant_bias: Any, like: Tensor) -> Tensor:
+        if quant_bias is None:
+            return torch.tensor(0.0, device=like.device)
+        return _unpack_quant_tensor(quant_bias)

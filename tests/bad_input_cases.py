@@ -241,6 +241,53 @@ def cases() -> List[BadInput]:
         "int_quant",
         "scale is on meta but x is on cpu",
     )
+    # abs_max_int_quant: the stock weight quantizer in one op.
+    amq = "brevitas_cpp::abs_max_int_quant"
+
+    def _amq(w=None, bw=None, dim=0, min_val=None, mode="round"):
+        return ops.abs_max_int_quant(
+            _x() if w is None else w, _t(8.0) if bw is None else bw, dim, True, True, min_val, mode
+        )
+
+    add(
+        "abs_max_int_quant-int-w", lambda: _amq(w=_ints()), amq, "w must be a floating-point tensor"
+    )
+    add("abs_max_int_quant-empty-w", lambda: _amq(w=torch.ones(0, 5)), amq, "w must not be empty")
+    add("abs_max_int_quant-channel-dim", lambda: _amq(dim=2), amq, "channel_dim", "got 2")
+    add("abs_max_int_quant-min-val", lambda: _amq(min_val=-1.0), amq, "scaling_min_val", ">= 0")
+    add(
+        "abs_max_int_quant-bit-width-shape",
+        lambda: _amq(bw=torch.tensor([8.0, 8.0])),
+        amq,
+        "bit_width",
+    )
+    add("abs_max_int_quant-bit-width-value", lambda: _amq(bw=_t(33.0)), amq, "bit_width")
+    add("abs_max_int_quant-rounding-mode", lambda: _amq(mode="nearest"), amq, "rounding_mode")
+    add(
+        "abs_max_int_quant-zero-w",
+        lambda: _amq(w=torch.zeros(2, 5)),
+        amq,
+        "scale",
+        "positive and finite",
+    )
+    add(
+        "_abs_max_int_quant_backward-grad-shape",
+        lambda: ops._abs_max_int_quant_backward(
+            torch.ones(5, 2),
+            torch.ones(2, 1),
+            _x(),
+            torch.ones(2, 1),
+            _t(8.0),
+            0,
+            True,
+            True,
+            None,
+            "round",
+            False,
+        ),
+        "brevitas_cpp::_abs_max_int_quant_backward",
+        "grad of shape",
+    )
     add(
         "_int_quant_with_mask-scale-shape",
         lambda: ops._int_quant_with_mask(_x(), torch.ones(3), _t(0.0), _t(8.0), True, False),

@@ -3,8 +3,11 @@ for integer ranges and clamps, and view-shape helpers."""
 
 from brevitas_cpp.function.ops import (
     binary_sign,
+    compute_max_mantissa,
     dpu_round,
+    get_upper_bound_on_l1_norm,
     identity,
+    max_float,
     max_int,
     min_int,
     round_to_zero,
@@ -26,8 +29,10 @@ from brevitas_cpp.function.ops_ste import (
     ternary_sign_ste,
 )
 from brevitas_cpp.function.quant import (
+    abs_max_int_quant,
     binary_quant,
     clamped_binary_quant,
+    float_quant,
     int_quant,
     quantization_int8,
     ternary_quant,
@@ -42,16 +47,21 @@ from brevitas_cpp.function.shape import (
 
 __all__ = [
     "abs_binary_sign_grad",
+    "abs_max_int_quant",
     "binary_quant",
     "binary_sign",
     "binary_sign_ste",
     "ceil_ste",
     "clamped_binary_quant",
+    "compute_max_mantissa",
     "dpu_round",
     "dpu_round_ste",
+    "float_quant",
     "floor_ste",
+    "get_upper_bound_on_l1_norm",
     "identity",
     "int_quant",
+    "max_float",
     "max_int",
     "min_int",
     "over_batch_over_output_channels",

@@ -59,6 +59,18 @@ def min_int(
     return torch.where(s, signed_min, 0 * bit_width)
 
 
+def get_upper_bound_on_l1_norm(
+    accumulator_bit_width: Tensor, input_bit_width: Tensor, input_is_signed: bool
+) -> Tensor:
+    """A2Q's bound T on the L1 norm of a channel's integer weights that no P-bit accumulator of
+    N-bit inputs overflows under: (2^(P-1) - 1) * 2^(signed - N), i.e. the largest accumulator
+    magnitude over the largest input magnitude (2^(N-1) signed, 2^N unsigned)."""
+    signed = float(input_is_signed)  # 1. if signed else 0.
+    max_accumulator_mag = pow(2.0, accumulator_bit_width - 1.0) - 1.0  # 2^(P-1) - 1
+    max_input_mag_inverse = pow(2.0, signed - input_bit_width)
+    return max_accumulator_mag * max_input_mag_inverse
+
+
 def binary_sign(x: Tensor) -> Tensor:
     """+1 for x >= 0, -1 otherwise (NaN gives -1, as Brevitas)."""
     positive_mask = torch.ge(x, 0.0)
@@ -92,3 +104,16 @@ def tensor_clamp_(x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
 def identity(x: Tensor) -> Tensor:
     """x."""
     return x
+
+
+def compute_max_mantissa(mantissa_bit_width: Tensor) -> Tensor:
+    """The largest significand of m mantissa bits, 1.11...1 = 2 - 2^-m (as Brevitas: a sum of
+    powers of two, exact in float32)."""
+    return torch.sum(2.0 ** torch.arange(0, -1.0 * mantissa_bit_width - 1.0, -1.0))
+
+
+def max_float(exponent_bit_width: Tensor, max_mantissa: Tensor, exponent_bias: Tensor) -> Tensor:
+    """The largest value of a minifloat format whose top exponent code is a normal one:
+    max_mantissa * 2^(2^e - 1 - bias)."""
+    max_exponent = (2.0**exponent_bit_width) - 1.0 - exponent_bias
+    return max_mantissa * (2**max_exponent)

@@ -29,6 +29,60 @@ def int_quant(
     )
 
 
+def abs_max_int_quant(
+    w: Tensor,
+    bit_width: Tensor,
+    channel_dim: Optional[int],
+    signed: bool,
+    narrow_range: bool,
+    scaling_min_val: Optional[float] = None,
+    rounding_mode: str = "round",
+    clamp_ste: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """The stock weight quantizer (BitWidthConst, IntScaling, AbsMax statistics, _StatsScaling,
+    zero point 0, IntQuant) in one op; returns (y, scale). m = max|w| over the tensor
+    (channel_dim None: scale 0-dim) or over every dim but channel_dim (scale of w's rank, C at
+    channel_dim); scale = |clamp_min(m, scaling_min_val)| / threshold with IntScaling's threshold
+    (2^(b-1) - narrow signed, max_int unsigned); y = int_quant(w, scale, 0, bit_width, ...).
+    w's gradient is the composition's: the STE of int_quant plus the path through the scale
+    into the maxima. bit_width gets no gradient."""
+    return torch.ops.brevitas_cpp.abs_max_int_quant(
+        w, bit_width, channel_dim, signed, narrow_range, scaling_min_val, rounding_mode, clamp_ste
+    )
+
+
+def float_quant(
+    x: Tensor,
+    scale: Tensor,
+    exponent_bit_width: int,
+    mantissa_bit_width: int,
+    exponent_bias: int,
+    max_value: float,
+    signed: bool = True,
+    saturating: bool = True,
+    inf_values: bool = False,
+    nan_values: bool = False,
+    rounding_mode: str = "round",
+) -> Tensor:
+    """Minifloat fake quantization (Brevitas's FloatQuant with its FloatClamp in one pass):
+    x / scale rounded to the e/m grid (subnormals below 2^(1 - bias)), clamped to +-max_value
+    (0 below for unsigned), times scale. Without saturating, values beyond max_value become inf
+    (inf_values) or NaN (nan_values only, which also turns inf into NaN)."""
+    return torch.ops.brevitas_cpp.float_quant(
+        x,
+        scale,
+        exponent_bit_width,
+        mantissa_bit_width,
+        exponent_bias,
+        max_value,
+        signed,
+        saturating,
+        inf_values,
+        nan_values,
+        rounding_mode,
+    )
+
+
 def binary_quant(x: Tensor, scale: Tensor) -> Tensor:
     """binary_sign(x) * scale, with a straight-through gradient for the sign."""
     return torch.ops.brevitas_cpp.binary_quant(x, scale)

@@ -31,6 +31,8 @@ KERNEL_OPS = [
     "int_quant",
     "_int_quant_with_mask",
     "_int_quant_backward",
+    "abs_max_int_quant",
+    "_abs_max_int_quant_backward",
     "binary_quant",
     "clamped_binary_quant",
     "_binary_quant_backward",
@@ -155,6 +157,32 @@ def test_int_quant(shape, mode, dtype):
         assert_bitwise(
             composite("_int_quant_backward", *from_mask)[0], OPS._int_quant_backward(*from_mask)[0]
         )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dim", [None, 0, 1])
+def test_abs_max_int_quant(dim, dtype):
+    w = rand((6, 5, 3), dtype=torch.float64, seed=1, spread=2.0).to(dtype)
+    w[0, 0, 0] = w[0, 1, 2] = -w.abs().max()  # tied maxima
+    b = torch.tensor(5.0, dtype=dtype)
+    for signed, narrow, min_val, mode in [
+        (True, True, 1e-10, "round"),
+        (True, False, None, "floor"),
+        (False, False, 0.5, "dpu"),
+    ]:
+        args = (w, b, dim, signed, narrow, min_val, mode, True)
+        y, s = composite("abs_max_int_quant", *args)
+        want_y, want_s = OPS.abs_max_int_quant(*args)
+        assert_bitwise(s, want_s)
+        assert_bitwise(y, want_y)
+        g = rand(w.shape, dtype=torch.float64, seed=4).to(dtype)
+        gs = rand(want_s.shape, dtype=torch.float64, seed=5).to(dtype)
+        for clamp_ste in (False, True):
+            bargs = (g, gs, w, want_s, b, dim, signed, narrow, min_val, mode, clamp_ste)
+            got = composite("_abs_max_int_quant_backward", *bargs)
+            want = OPS._abs_max_int_quant_backward(*bargs)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            torch.testing.assert_close(got, want, **tolerance(dtype))
 
 
 def test_int_quant_bit_width_in_integer_dtypes():

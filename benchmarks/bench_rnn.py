@@ -83,7 +83,7 @@ def worker(spec: dict) -> dict:
         # Same-model check: the fresh model's eval loss (no statistics yet, so every library's
         # scales are their initial values; in training, brevitas_cpp's QuantRNN starts the gate
         # accumulator's learned scale at its statistic where Brevitas draws a random multiple of
-        # it, see quant_rnn.reset_parameters).
+        # it, see _rnn_layer_base.reset_parameters).
         model.eval()
         with torch.no_grad():
             out = model(x)[0]

@@ -177,6 +177,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "EMA max-abs activation thresholds (brevitas_cpp.quant.int8_ema)",
     )
     parser.add_argument(
+        "--fp8",
+        action="store_true",
+        help="also train with OCP FP8 E4M3 weights (per-channel scales) and activations "
+        "(brevitas_cpp.quant.experimental.float_quant_ocp); not exported to ONNX (QCDQ is "
+        "integer only)",
+    )
+    parser.add_argument(
         "--device",
         default="cpu",
         help="where to train: cpu (default) or cuda (needs a GPU and brevitas_cpp built "
@@ -309,6 +316,18 @@ def int8_ema_net(qnn) -> nn.Module:
 
     act = dict(act_quant=Int8ActPerTensorEma)
     return quant_cnn(qnn, dict(weight_quant=Int8WeightPerChannelMaxAbs), act, act)
+
+
+def fp8_net(qnn, collect_stats_steps: int) -> nn.Module:
+    """FloatNet with OCP FP8 E4M3 minifloats: per-output-channel weight scales, and per-tensor
+    activation scales learned after collect_stats_steps of max statistics."""
+    from brevitas_cpp.quant.experimental.float_quant_ocp import (
+        Fp8e4m3OCPActPerTensorFloat,
+        Fp8e4m3OCPWeightPerChannelFloat,
+    )
+
+    act = dict(act_quant=Fp8e4m3OCPActPerTensorFloat, collect_stats_steps=collect_stats_steps)
+    return quant_cnn(qnn, dict(weight_quant=Fp8e4m3OCPWeightPerChannelFloat), act, act)
 
 
 def quant_cnn(qnn, weight: Dict[str, Any], act: Dict[str, Any], input_act: Dict[str, Any]):
@@ -623,17 +642,28 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         runs = [(bits, kind) for bits in args.bits for kind in ("hand", "auto")]
     if args.int8_ema:
         runs.append((BitConfig(8, 8), "ema"))
+    if args.fp8:
+        runs.append((BitConfig(8, 8), "fp8"))
     for bits, kind in runs:
         torch.manual_seed(args.seed)
         if kind == "auto":
             model = auto_quant_net(float_model, bits, calibration_steps).to(device)
         else:
-            model = (
-                int8_ema_net(qnn) if kind == "ema" else quant_net(qnn, bits, calibration_steps)
-            ).to(device)
+            if kind == "ema":
+                model = int8_ema_net(qnn)
+            elif kind == "fp8":
+                model = fp8_net(qnn, calibration_steps)
+            else:
+                model = quant_net(qnn, bits, calibration_steps)
+            model = model.to(device)
             # A plain float state_dict loads strictly: the quantizers add no required keys.
             model.load_state_dict(float_state)
-        name = {"hand": bits.name, "auto": f"{bits.name} auto", "ema": f"{bits.name} EMA"}[kind]
+        name = {
+            "hand": bits.name,
+            "auto": f"{bits.name} auto",
+            "ema": f"{bits.name} EMA",
+            "fp8": "FP8 E4M3",
+        }[kind]
         calibrate(model, data, calibration_steps, seed=args.seed)
         ptq_acc = accuracy(model, data.x_test, data.y_test)
         qat_acc, qat_times = train(
@@ -649,9 +679,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         exports[name] = export_and_check(
             model, data.x_test, args.out / f"qat_digits_{file_name}.pt"
         )
-        onnx_report = onnx_export_and_check(
-            model, data.x_test, args.out / f"qat_digits_{file_name}.onnx"
-        )
+        onnx_report = None
+        if kind != "fp8":  # QCDQ export is integer only
+            onnx_report = onnx_export_and_check(
+                model, data.x_test, args.out / f"qat_digits_{file_name}.onnx"
+            )
         if onnx_report is not None:
             predictions = onnx_report.pop("onnxruntime_predictions")
             correct = (predictions == data.y_test.cpu()).sum().item()

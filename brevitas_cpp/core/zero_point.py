@@ -18,6 +18,7 @@ from brevitas_cpp.core._checks import (
     checked_collect_stats_steps,
     checked_module,
     checked_momentum,
+    checked_shape,
 )
 from brevitas_cpp.core._learned import (
     checked_stats_args,
@@ -43,6 +44,7 @@ __all__ = [
     "ParameterFromRuntimeZeroPoint",
     "ParameterFromStatsFromParameterZeroPoint",
     "ParameterZeroPoint",
+    "PreZeroCenterZeroPoint",
     "StatsFromParameterZeroPoint",
     "ZeroZeroPoint",
     "_ScaleShiftZeroPoint",
@@ -356,3 +358,52 @@ class ParameterFromStatsFromParameterZeroPoint(LazyInitValueStateDict, jit.Scrip
         value = self.scale_shift_zero_point(value, scale, bit_width)
         self.init_done = True
         return value
+
+
+class PreZeroCenterZeroPoint(jit.ScriptModule):
+    """The pre-clipping zero point of A2Q+ (with DecoupledIntQuant): -mean(x) per channel,
+    divided by the pre-clipping scale, so that adding it before rounding zero-centers each
+    channel of x.
+
+    get_zero_center(x) = -mean(view(x), stats_reduce_dim) reshaped to pre_zero_point_shape;
+    forward(x, scale, bit_width) = get_zero_center(x) / scale."""
+
+    __constants__ = ["stats_reduce_dim", "stats_output_shape"]
+
+    def __init__(
+        self,
+        stats_reduce_dim: int,
+        pre_zero_point_stats_input_view_shape_impl: Module,
+        pre_zero_point_shape: Optional[Tuple[int, ...]] = None,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        if isinstance(stats_reduce_dim, bool) or not isinstance(stats_reduce_dim, int):
+            raise TypeError(
+                f"{owner}: stats_reduce_dim must be an int (zero-centering is per channel), got "
+                f"{stats_reduce_dim!r}"
+            )
+        # Brevitas's default None only fails later, in view(None): required here.
+        if pre_zero_point_shape is None:
+            raise ValueError(
+                f"{owner}: pre_zero_point_shape must be given (the shape the per-channel means "
+                f"broadcast against the tensor with, e.g. (C, 1, 1, 1))"
+            )
+        self.stats_reduce_dim = stats_reduce_dim
+        self.stats_output_shape = checked_shape(owner, "pre_zero_point_shape", pre_zero_point_shape)
+        self.stats_input_view_shape_impl = checked_module(
+            owner,
+            "pre_zero_point_stats_input_view_shape_impl",
+            pre_zero_point_stats_input_view_shape_impl,
+        )
+
+    @jit.script_method
+    def get_zero_center(self, x: Tensor) -> Tensor:
+        x = self.stats_input_view_shape_impl(x)
+        u = torch.mean(x, dim=self.stats_reduce_dim, keepdim=True)
+        return -u.view(self.stats_output_shape)
+
+    @jit.script_method
+    def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        # DecoupledIntQuant adds the zero point to x / pre_scale: the center is scaled alike.
+        return self.get_zero_center(x) / scale

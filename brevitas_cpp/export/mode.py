@@ -27,6 +27,7 @@ from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL
 from brevitas_cpp.core.quant import (
     BinaryQuant,
     ClampedBinaryQuant,
+    DecoupledIntQuant,
     IntQuant,
     QuantizationInt8,
     TernaryQuant,
@@ -93,7 +94,11 @@ def _int_settings(record: ProxyRecord, block: nn.Module) -> Optional[_IntSetting
     if isinstance(block, QuantizationInt8):
         return _IntSettings(True, True, "round")  # clamp(round_half_even(x / scale), -QL, QL)
     int_quant = getattr(block, "int_quant", None)
-    if isinstance(int_quant, IntQuant):
+    if int_quant is None:
+        # Decoupled weight quantizers: their integers are dequantized with the post-clipping
+        # scale, which is what QCDQ stores.
+        int_quant = getattr(block, "decoupled_int_quant", None)
+    if isinstance(int_quant, (IntQuant, DecoupledIntQuant)):
         rounding = ROUNDING_MODE_OF_IMPL.get(type(int_quant.float_to_int_impl))
         return _IntSettings(bool(int_quant.signed), bool(int_quant.narrow_range), rounding)
     return None

@@ -3,6 +3,19 @@
 ``trunc_quant``. A proxy builds its quantizer from an injector and the layer(s) it serves and
 returns QuantTensors."""
 
+from brevitas_cpp.proxy.decoupled_parameter_quant import (
+    DecoupledWeightQuantProxyFromInjector,
+    DecoupledWeightQuantWithInputProxyFromInjector,
+)
+from brevitas_cpp.proxy.float_parameter_quant import (
+    WeightFloatQuantProxyFromInjector,
+    WeightFloatQuantProxyFromInjectorBase,
+)
+from brevitas_cpp.proxy.float_runtime_quant import (
+    ActFloatQuantProxyFromInjector,
+    ActFloatQuantProxyFromInjectorBase,
+    DynamicActFloatQuantProxyFromInjector,
+)
 from brevitas_cpp.proxy.parameter_quant import (
     BiasQuantProxyFromInjector,
     BiasQuantProxyFromInjectorBase,
@@ -25,12 +38,19 @@ from brevitas_cpp.proxy.runtime_quant import (
 
 __all__ = [
     "AccQuantProxyProtocol",
+    "ActFloatQuantProxyFromInjector",
+    "ActFloatQuantProxyFromInjectorBase",
+    "DynamicActFloatQuantProxyFromInjector",
+    "WeightFloatQuantProxyFromInjector",
+    "WeightFloatQuantProxyFromInjectorBase",
     "ActQuantProxyFromInjector",
     "ActQuantProxyFromInjectorBase",
     "ActQuantProxyProtocol",
     "BiasQuantProxyFromInjector",
     "BiasQuantProxyFromInjectorBase",
     "BiasQuantProxyProtocol",
+    "DecoupledWeightQuantProxyFromInjector",
+    "DecoupledWeightQuantWithInputProxyFromInjector",
     "DynamicActQuantProxyFromInjector",
     "FusedActivationQuantProxy",
     "ParameterQuantProxyFromInjector",

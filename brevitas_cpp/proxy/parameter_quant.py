@@ -170,6 +170,11 @@ class WeightQuantProxyFromInjectorBase(
         value, scale, zero_point, bit_width = self.tensor_quant(x)
         return value, scale, zero_point, bit_width
 
+    def quantizer_output(self, x: Tensor) -> Tuple[Any, ...]:
+        """What forward wraps in a QuantTensor (eager mode): the quantizer's whole output, which
+        for integer quantizers is quant_tuple(x)."""
+        return self.quant_tuple(x)
+
     def quantize(
         self, x: Tensor, quant_input: Optional[QuantTuple] = None, as_quant_tensor: bool = False
     ) -> QuantTuple:
@@ -191,7 +196,7 @@ class WeightQuantProxyFromInjectorBase(
             return self.quant_tuple(x)
         if not self.is_quant_enabled:
             return x
-        out = self.export_handler(x) if self.export_mode else self.quant_tuple(x)
+        out = self.export_handler(x) if self.export_mode else self.quantizer_output(x)
         if self.skip_create_quant_tensor:
             return out[0]
         out = self.create_quant_tensor(out)

@@ -168,6 +168,11 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         value, scale, zero_point, bit_width = self.fused_activation_quant_proxy(x)
         return value, scale, zero_point, bit_width
 
+    def quantizer_output(self, x: Tensor) -> Tuple[Any, ...]:
+        """What forward wraps in a QuantTensor (eager mode): the activation and quantizer's whole
+        output, which for integer quantizers is quant_tuple(x)."""
+        return self.quant_tuple(x)
+
     def quantize(self, x: Tensor, as_quant_tensor: bool = False) -> QuantTuple:
         """What layers call: quant_tuple(x), or in eager mode the proxy's output (an
         IntQuantTensor is a QuantTuple too) when calling it does more (see _calls_itself)."""
@@ -190,7 +195,7 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         if self.export_mode and self.is_quant_enabled:
             y = self.export_handler(self.fused_activation_quant_proxy.activation_impl(y))
         else:
-            y = self.quant_tuple(y)
+            y = self.quantizer_output(y)
         if self.skip_create_quant_tensor:
             out = y[0]
         elif y[1] is not None:

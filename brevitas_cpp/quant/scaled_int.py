@@ -4,14 +4,20 @@ brevitas.quant.scaled_int). Derive from one to change a setting, e.g.
 
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.quant.base import (
+    AccumulatorAwareWeightQuant,
+    AccumulatorAwareZeroCenterWeightQuant,
     IntQuant,
     MaxStatsScaling,
+    MSESymmetricScale,
     NarrowIntQuant,
     ParamFromRuntimePercentileScaling,
     ParamMinMaxInitScaling,
     PerChannelFloatScaling8bit,
     PerTensorFloatScaling8bit,
     UintQuant,
+    WeightNormPerChannelFloatDecoupled,
+    WeightPerChannelFloatDecoupled,
+    WeightPerTensorFloatDecoupledL2Param,
 )
 from brevitas_cpp.quant.solver.act import ActQuantSolver
 from brevitas_cpp.quant.solver.bias import BiasQuantSolver
@@ -31,8 +37,17 @@ __all__ = [
     "Int8WeightPerTensorFloat",
     "Int8WeightPerChannelFloat",
     "Uint8ActPerTensorFloat",
+    "Int8ActPerTensorFloatMSE",
+    "Uint8ActPerTensorFloatMSE",
+    "Int8WeightPerTensorFloatMSE",
+    "Int8WeightPerChannelFloatMSE",
     "TruncTo8bit",
     "RoundTo8bit",
+    "Int4WeightPerTensorFloatDecoupled",
+    "Int8WeightPerChannelFloatDecoupled",
+    "Int8WeightNormL2PerChannelFixedPoint",
+    "Int8AccumulatorAwareWeightQuant",
+    "Int8AccumulatorAwareZeroCenterWeightQuant",
 ]
 
 
@@ -118,6 +133,26 @@ class Uint8ActPerTensorFloat(
     statistics."""
 
 
+class Int8WeightPerTensorFloatMSE(MSESymmetricScale, Int8WeightPerTensorFloat):
+    """Narrow signed 8-bit weights, one learned float scale initialised by an MSE search over
+    fractions of max|w| / 127."""
+
+
+class Int8WeightPerChannelFloatMSE(MSESymmetricScale, Int8WeightPerChannelFloat):
+    """Narrow signed 8-bit weights, one learned float scale per output channel initialised by an
+    MSE search per channel."""
+
+
+class Int8ActPerTensorFloatMSE(MSESymmetricScale, Int8ActPerTensorFloat):
+    """Signed 8-bit activations, learned float scale initialised from MSE searches over the first
+    training steps."""
+
+
+class Uint8ActPerTensorFloatMSE(MSESymmetricScale, Uint8ActPerTensorFloat):
+    """Unsigned 8-bit activations, learned float scale initialised from MSE searches over the
+    first training steps."""
+
+
 class TruncTo8bit(TruncQuantSolver):
     """Requantizes to 8 bits keeping the most significant bits, rounding down (floor); the zero
     point is kept."""
@@ -137,3 +172,42 @@ class RoundTo8bit(TruncQuantSolver):
     bit_width_impl_type = "const"
     float_to_int_impl_type = "round"
     trunc_scaling_impl_type = "msb"
+
+
+class Int4WeightPerTensorFloatDecoupled(WeightPerTensorFloatDecoupledL2Param):
+    """4-bit narrow signed per-tensor weights with decoupled L2,inf normalization and a learned
+    scale, e.g. for depthwise separable weights retrained from a float model (experimental in
+    Brevitas)."""
+
+    bit_width = 4
+
+
+class Int8WeightPerChannelFloatDecoupled(WeightPerChannelFloatDecoupled):
+    """8-bit narrow signed per-channel weights with decoupled Linf normalization and a learned
+    scale (experimental in Brevitas)."""
+
+    bit_width = 8
+
+
+class Int8WeightNormL2PerChannelFixedPoint(WeightNormPerChannelFloatDecoupled):
+    """8-bit narrow signed per-channel weights with L2 weight normalization (A2Q paper): scales
+    and norms learned in the log2 domain, round half to even. (Brevitas's name; the scales are
+    not restricted to powers of two.)"""
+
+    bit_width = 8
+
+
+class Int8AccumulatorAwareWeightQuant(AccumulatorAwareWeightQuant):
+    """8-bit narrow signed accumulator-aware (A2Q) per-channel weights: scales and norms learned
+    in the log2 domain, round towards zero, the norms bounded for accumulator_bit_width (32 by
+    default; e.g. weight_accumulator_bit_width=16 on the layer)."""
+
+    bit_width = 8
+
+
+class Int8AccumulatorAwareZeroCenterWeightQuant(AccumulatorAwareZeroCenterWeightQuant):
+    """8-bit narrow signed zero-centered accumulator-aware (A2Q+) per-channel weights: each
+    channel's mean is removed before rounding and the norms are bounded for
+    accumulator_bit_width (32 by default)."""
+
+    bit_width = 8

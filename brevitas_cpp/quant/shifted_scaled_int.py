@@ -3,9 +3,13 @@ floating-point scale factors (Brevitas's brevitas.quant.shifted_scaled_int)."""
 
 from brevitas_cpp.quant.base import (
     MinMaxStatsScaling,
+    MSEActZeroPoint,
+    MSEAsymmetricScale,
+    MSEWeightZeroPoint,
     ParamFromRuntimePercentileIntervalScaling,
     PerChannelFloatScaling8bit,
     PerTensorFloatScaling8bit,
+    PerTensorPoTScaling8bit,
     ShiftedMinUintQuant,
     ShiftedParamFromPercentileUintQuant,
 )
@@ -13,10 +17,32 @@ from brevitas_cpp.quant.solver.act import ActQuantSolver
 from brevitas_cpp.quant.solver.weight import WeightQuantSolver
 
 __all__ = [
+    "ShiftedUint8ActPerTensorFixedPoint",
     "ShiftedUint8ActPerTensorFloat",
     "ShiftedUint8WeightPerTensorFloat",
     "ShiftedUint8WeightPerChannelFloat",
+    "ShiftedUint8ActPerTensorFixedPointMSE",
+    "ShiftedUint8ActPerTensorFloatMSE",
+    "ShiftedUint8WeightPerTensorFloatMSE",
+    "ShiftedUint8WeightPerChannelFloatMSE",
 ]
+
+
+class ShiftedUint8ActPerTensorFixedPoint(
+    ShiftedParamFromPercentileUintQuant,
+    ParamFromRuntimePercentileIntervalScaling,
+    PerTensorPoTScaling8bit,
+    ActQuantSolver,
+):
+    """Unsigned 8-bit activations with a learned power-of-two scale and a learned integer zero
+    point, both initialised from runtime percentile statistics."""
+
+
+class ShiftedUint8ActPerTensorFixedPointMSE(
+    MSEAsymmetricScale, MSEActZeroPoint, ShiftedUint8ActPerTensorFixedPoint
+):
+    """ShiftedUint8ActPerTensorFixedPoint with scale and zero point initialised from MSE searches
+    over the first training steps."""
 
 
 class ShiftedUint8ActPerTensorFloat(
@@ -40,3 +66,24 @@ class ShiftedUint8WeightPerChannelFloat(
 ):
     """Unsigned 8-bit weights, scale (max - min) / 255 and zero point from -min, per output
     channel."""
+
+
+class ShiftedUint8ActPerTensorFloatMSE(
+    MSEAsymmetricScale, MSEActZeroPoint, ShiftedUint8ActPerTensorFloat
+):
+    """ShiftedUint8ActPerTensorFloat with scale and zero point initialised from MSE searches over
+    the first training steps."""
+
+
+class ShiftedUint8WeightPerTensorFloatMSE(
+    MSEAsymmetricScale, MSEWeightZeroPoint, ShiftedUint8WeightPerTensorFloat
+):
+    """Unsigned 8-bit weights with a learned float scale and a learned integer zero point, per
+    tensor, initialised by MSE searches on first use."""
+
+
+class ShiftedUint8WeightPerChannelFloatMSE(
+    MSEAsymmetricScale, MSEWeightZeroPoint, ShiftedUint8WeightPerChannelFloat
+):
+    """Unsigned 8-bit weights with a learned float scale and a learned integer zero point per
+    output channel, initialised by MSE searches on first use."""

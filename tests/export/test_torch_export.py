@@ -165,7 +165,10 @@ def test_torch_export_runs_quantizers_inserted_by_graph():
     x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     model = quantized_resnet(x)
     program = torch.export.export(model, (x,))
-    # 7 weight quantizers + 5 ReLU calls + 4 add operands.
-    assert op_counts(program)["brevitas_cpp.int_quant.default"] == 16
+    # 7 weight quantizers (the stock one: the fused abs_max_int_quant) + 5 ReLU calls + 4 add
+    # operands.
+    counts = op_counts(program)
+    assert counts["brevitas_cpp.abs_max_int_quant.default"] == 7
+    assert counts["brevitas_cpp.int_quant.default"] == 9
     with torch.no_grad():
         assert torch.equal(program.module()(x), model(x))

@@ -17,6 +17,15 @@ from brevitas_cpp.inject import ExtendedInjector
 from brevitas_cpp.quant import base
 
 INT_FORMAT = dict(quant_type="INT", bit_width_impl_type="CONST", float_to_int_impl_type="ROUND")
+DECOUPLED = dict(narrow_range=True, signed=True)
+WEIGHT_NORM = dict(
+    DECOUPLED,
+    scaling_impl_type="PARAMETER",
+    scaling_per_output_type="CHANNEL",
+    scaling_min_val=1e-10,
+    pre_scaling_min_val=1e-10,
+    force_parameter=True,
+)
 
 EXPECTED = {
     "MaxStatsScaling": dict(
@@ -102,6 +111,33 @@ EXPECTED = {
         scaling_per_output_type="TENSOR",
         bit_width=2,
     ),
+    # Decoupled, weight-normalization and accumulator-aware weights (their blocks and numbers:
+    # tests/quant/test_decoupled.py).
+    "WeightPerTensorFloatDecoupledL2Param": dict(
+        DECOUPLED,
+        scaling_impl_type="PARAMETER_FROM_STATS",
+        scaling_per_output_type="TENSOR",
+        scaling_stats_input_concat_dim=0,
+        stats_reduce_dim=1,
+    ),
+    "WeightPerChannelFloatDecoupled": dict(
+        DECOUPLED,
+        scaling_impl_type="PARAMETER_FROM_STATS",
+        scaling_per_output_type="CHANNEL",
+        stats_reduce_dim=1,
+    ),
+    "WeightNormPerChannelFloatDecoupled": dict(WEIGHT_NORM),
+    "AccumulatorAwareWeightQuant": dict(WEIGHT_NORM, accumulator_bit_width=32),
+    "AccumulatorAwareZeroCenterWeightQuant": dict(WEIGHT_NORM, accumulator_bit_width=32),
+    # MSE search (the blocks they build and their numbers: tests/core/stats/test_mse.py).
+    "MSESymmetricScale": dict(scaling_impl_type="PARAMETER_FROM_STATS"),
+    "MSEAsymmetricScale": dict(scaling_impl_type="PARAMETER_FROM_STATS"),
+    "MSEZeroPoint": dict(),
+    "MSEWeightZeroPoint": dict(),
+    "MSEActZeroPoint": dict(),
+    "MSESymmetricScaleSubInjector": dict(mse_search_method="grid"),
+    "MSEAsymmetricScaleSubInjector": dict(mse_search_method="grid"),
+    "MSEZeroPointSubInjector": dict(mse_search_method="grid"),
 }
 
 

@@ -102,8 +102,16 @@ def build(name):
     q = getattr(quant_pkg, name)
     torch.manual_seed(0)
     layer = nn.Conv2d(3, 4, 3)
+    if name.endswith("MSE"):  # an MSE search calls the proxy that owns it: built by its proxy
+        if "Weight" in name:
+            tq = q.proxy_class(layer, q).tensor_quant
+            return tq, lambda: tq(layer.weight.detach().clone())
+        tq = q.proxy_class(nn.Identity(), q).fused_activation_quant_proxy.tensor_quant
+        return tq, lambda: tq(rand((3, 5), seed=4))
     if "Weight" in name:
         tq = q.let(module=layer, tracked_parameter_list=[layer.weight]).tensor_quant
+        if "AccumulatorAware" in name:  # also given the quantized input's bit width and sign
+            return tq, lambda: tq(layer.weight.detach().clone(), torch.tensor(8.0), True)
         return tq, lambda: tq(layer.weight.detach().clone())
     if "Bias" in name:
         tq = q.let(module=layer, tracked_parameter_list=[layer.bias]).tensor_quant
@@ -124,9 +132,10 @@ def build(name):
 )
 def test_every_quantizer_builds_runs_and_scripts(name):
     tq, call = build(name)
-    y, scale, zero_point, bit_width = call()
+    # Decoupled quantizers append their pre-clipping scale and zero point.
+    y, scale, zero_point, bit_width = call()[:4]
     assert torch.isfinite(y).all() and bool((scale > 0).all())
-    assert float(bit_width) in (1.0, 2.0, 8.0, 16.0, 24.0, 32.0)
+    assert float(bit_width) in (1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0)
     if JIT_ENABLED:
         assert isinstance(tq, torch.jit.ScriptModule)
 
@@ -156,6 +165,25 @@ def test_quantizer_lists_match_brevitas_names():
         "Uint8ActPerTensorFixedPoint",
         "Int8BiasPerTensorFixedPointInternalScaling",
         "Uint8ActPerTensorFixedPointMaxInit",
+        "ShiftedUint8ActPerTensorFixedPoint",
+        "Int8WeightPerTensorFloatMSE",
+        "Int8WeightPerChannelFloatMSE",
+        "Int8ActPerTensorFloatMSE",
+        "Uint8ActPerTensorFloatMSE",
+        "ShiftedUint8ActPerTensorFixedPointMSE",
+        "ShiftedUint8ActPerTensorFloatMSE",
+        "ShiftedUint8WeightPerTensorFloatMSE",
+        "ShiftedUint8WeightPerChannelFloatMSE",
+        "Int8WeightPerTensorFixedPointMSE",
+        "Int8WeightPerChannelFixedPointMSE",
+        "Int8ActPerTensorFixedPointMSE",
+        "Uint8ActPerTensorFixedPointMSE",
+        "Int4WeightPerTensorFixedPointDecoupled",
+        "Int4WeightPerTensorFloatDecoupled",
+        "Int8WeightPerChannelFloatDecoupled",
+        "Int8WeightNormL2PerChannelFixedPoint",
+        "Int8AccumulatorAwareWeightQuant",
+        "Int8AccumulatorAwareZeroCenterWeightQuant",
         "SignedBinaryWeightPerTensorConst",
         "SignedBinaryActPerTensorConst",
         "SignedTernaryWeightPerTensorConst",

@@ -1,6 +1,6 @@
 """Module wrappers of elementwise functions, views and clamps used inside quantizers."""
 
-from brevitas_cpp.core.function_wrapper.clamp import ClampMin, ScalarClamp, TensorClamp
+from brevitas_cpp.core.function_wrapper.clamp import ClampMin, FloatClamp, ScalarClamp, TensorClamp
 from brevitas_cpp.core.function_wrapper.learned_round import (
     LearnedRoundHardSigmoid,
     LearnedRoundIdentity,
@@ -35,6 +35,7 @@ __all__ = [
     "CeilSte",
     "ClampMin",
     "DPURoundSte",
+    "FloatClamp",
     "FloorSte",
     "Identity",
     "LearnedRoundHardSigmoid",

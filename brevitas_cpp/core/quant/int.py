@@ -2,24 +2,31 @@
 IntQuant (Brevitas's ``brevitas.core.quant.int``), plus TruncIntQuant, which requantizes an
 already integer-valued tensor to fewer bits.
 
-Each returns the tuple (quantized value, scale, zero_point, bit_width).
+Each returns the tuple (quantized value, scale, zero_point, bit_width); the decoupled ones
+(weight normalization, A2Q) append their pre-clipping scale and zero point.
 """
 
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch.nn import Module
 
 from brevitas_cpp import jit
+from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
+from brevitas_cpp.core.quant._fused_weight import fused_weight_fits, fused_weight_plan
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.scaling import TruncMsbScaling
 from brevitas_cpp.core.utils import StatelessBuffer
+from brevitas_cpp.function import abs_max_int_quant
 from brevitas_cpp.function.ops import max_int, min_int
 from brevitas_cpp.function.ops_ste import round_ste
+
+# (value, scale, zero_point, bit_width, pre_scale, pre_zero_point)
+DecoupledBlockOutput = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 def _hold_prescaled_blocks(block: Module, int_quant: Module, bit_width_impl: Module) -> None:
@@ -77,7 +84,25 @@ class RescalingIntQuant(jit.ScriptModule):
         zero_point = zero_point_impl(x, scale, bit_width)
 
     forward(x) -> (y, scale, zero_point, bit_width). With ``observer_only`` set, y is x itself
-    (statistics are still collected by the blocks)."""
+    (statistics are still collected by the blocks).
+
+    When the blocks are exactly the stock weight quantizer (constant bit width, AbsMax statistics
+    of the weight over the tensor or the output channels, linear-domain scale, zero point 0, a
+    fused-able IntQuant: see _fused_weight.py), forward is one call of the C++ op
+    abs_max_int_quant, with the composition's numbers; the choice is made when the block is built
+    (and, in eager mode, again when one of its blocks is replaced)."""
+
+    __constants__ = [
+        "fused_weight",
+        "fused_channels",
+        "fused_scale_rank",
+        "fused_signed",
+        "fused_narrow_range",
+        "fused_has_min_val",
+        "fused_min_val",
+        "fused_rounding_mode",
+        "fused_clamp_ste",
+    ]
 
     def __init__(
         self,
@@ -100,10 +125,53 @@ class RescalingIntQuant(jit.ScriptModule):
         self.zero_point_impl = zero_point_impl
         self.msb_clamp_bit_width_impl = bit_width_impl
         self.observer_only = jit.Attribute(False, bool)
+        self._decide_weight_fusion()
+
+    def _decide_weight_fusion(self) -> None:
+        plan = fused_weight_plan(self)
+        # TorchScript constants: with fused_weight False the scripted forward drops the op call.
+        self.fused_weight = plan is not None
+        self.fused_channels = plan.channels if plan is not None else -1
+        self.fused_scale_rank = plan.scale_rank if plan is not None else 0
+        self.fused_signed = plan.signed if plan is not None else True
+        self.fused_narrow_range = plan.narrow_range if plan is not None else False
+        min_val = plan.scaling_min_val if plan is not None else None
+        self.fused_has_min_val = min_val is not None
+        self.fused_min_val = float(min_val) if min_val is not None else 0.0
+        self.fused_rounding_mode = plan.rounding_mode if plan is not None else "round"
+        self.fused_clamp_ste = plan.clamp_ste if plan is not None else False
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        # Eager modules may get another block later; scripted ones keep their choice.
+        if not JIT_ENABLED and "fused_weight" in self.__dict__ and isinstance(value, Module):
+            self._decide_weight_fusion()
 
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:
         bit_width = self.msb_clamp_bit_width_impl()
+        if (
+            self.fused_weight
+            and not self.observer_only
+            and fused_weight_fits(x, bit_width, self.fused_channels, self.fused_scale_rank)
+        ):
+            channel_dim: Optional[int] = None
+            if self.fused_channels >= 0:
+                channel_dim = 0
+            min_val: Optional[float] = None
+            if self.fused_has_min_val:
+                min_val = self.fused_min_val
+            y, scale = abs_max_int_quant(
+                x,
+                bit_width,
+                channel_dim,
+                self.fused_signed,
+                self.fused_narrow_range,
+                min_val,
+                self.fused_rounding_mode,
+                self.fused_clamp_ste,
+            )
+            return y, scale, self.zero_point_impl(x, scale, bit_width), bit_width
         int_threshold = self.int_scaling_impl(bit_width)
         scale = self.scaling_impl(x, int_threshold)
         zero_point = self.zero_point_impl(x, scale, bit_width)
@@ -191,3 +259,91 @@ class TruncIntQuant(jit.ScriptModule):
         y = y * output_scale
         y = self.delay_wrapper(x, y)
         return y, output_scale, output_zero_point, output_bit_width
+
+
+class DecoupledRescalingIntQuant(jit.ScriptModule):
+    """Quantize x with decoupled pre-clipping (rounding) and post-clipping (dequantizing)
+    scales and zero points, all computed by its own blocks:
+
+        bit_width = bit_width_impl()
+        int_threshold = int_scaling_impl(bit_width)
+        pre_scale = pre_scaling_impl(x) / int_threshold
+        pre_zero_point = pre_zero_point_impl(x, pre_scale, bit_width)
+        scale = scaling_impl(x, int_threshold)
+        zero_point = zero_point_impl(x, scale, bit_width)
+        y = decoupled_int_quant(pre_scale, pre_zero_point, scale, zero_point, bit_width, x)
+
+    forward(x) -> (y, scale, zero_point, bit_width, pre_scale, pre_zero_point). With
+    ``observer_only`` set, y is x itself."""
+
+    def __init__(
+        self,
+        decoupled_int_quant: Module,
+        pre_scaling_impl: Module,
+        scaling_impl: Module,
+        int_scaling_impl: Module,
+        pre_zero_point_impl: Module,
+        zero_point_impl: Module,
+        bit_width_impl: Module,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        for name, block in (
+            ("decoupled_int_quant", decoupled_int_quant),
+            ("pre_scaling_impl", pre_scaling_impl),
+            ("scaling_impl", scaling_impl),
+            ("int_scaling_impl", int_scaling_impl),
+            ("pre_zero_point_impl", pre_zero_point_impl),
+            ("zero_point_impl", zero_point_impl),
+            ("bit_width_impl", bit_width_impl),
+        ):
+            check_module(owner, name, block)
+        self.decoupled_int_quant = decoupled_int_quant
+        self.pre_scaling_impl = pre_scaling_impl
+        self.scaling_impl = scaling_impl
+        self.int_scaling_impl = int_scaling_impl
+        self.pre_zero_point_impl = pre_zero_point_impl
+        self.zero_point_impl = zero_point_impl
+        self.msb_clamp_bit_width_impl = bit_width_impl
+        self.observer_only = jit.Attribute(False, bool)
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> DecoupledBlockOutput:
+        bit_width = self.msb_clamp_bit_width_impl()
+        int_threshold = self.int_scaling_impl(bit_width)
+        pre_threshold = self.pre_scaling_impl(x)
+        pre_scale = pre_threshold / int_threshold
+        pre_zero_point = self.pre_zero_point_impl(x, pre_scale, bit_width)
+        scale = self.scaling_impl(x, int_threshold)
+        zero_point = self.zero_point_impl(x, scale, bit_width)
+        if self.observer_only:
+            y = x
+        else:
+            y = self.decoupled_int_quant(pre_scale, pre_zero_point, scale, zero_point, bit_width, x)
+        return y, scale, zero_point, bit_width, pre_scale, pre_zero_point
+
+
+class DecoupledRescalingIntQuantWithInput(DecoupledRescalingIntQuant):
+    """DecoupledRescalingIntQuant whose pre-clipping scale also depends on the quantized input
+    the weight multiplies (A2Q: the accumulator bound depends on the input's bit width and
+    sign): pre_scaling_impl(x, input_bit_width, input_is_signed).
+
+    forward(x, input_bit_width, input_is_signed) -> (y, scale, zero_point, bit_width,
+    pre_scale, pre_zero_point)."""
+
+    @jit.script_method
+    def forward(
+        self, x: Tensor, input_bit_width: Tensor, input_is_signed: bool
+    ) -> DecoupledBlockOutput:
+        bit_width = self.msb_clamp_bit_width_impl()
+        int_threshold = self.int_scaling_impl(bit_width)
+        pre_threshold = self.pre_scaling_impl(x, input_bit_width, input_is_signed)
+        pre_scale = pre_threshold / int_threshold
+        pre_zero_point = self.pre_zero_point_impl(x, pre_scale, bit_width)
+        scale = self.scaling_impl(x, int_threshold)
+        zero_point = self.zero_point_impl(x, scale, bit_width)
+        if self.observer_only:
+            y = x
+        else:
+            y = self.decoupled_int_quant(pre_scale, pre_zero_point, scale, zero_point, bit_width, x)
+        return y, scale, zero_point, bit_width, pre_scale, pre_zero_point

@@ -7,6 +7,9 @@ When float_to_int_impl and tensor_clamp_impl are the library's rounding and clam
 whole expression is one call to the fused C++ op ``brevitas_cpp.function.int_quant`` (same
 values and gradients, one pass over x). Any other block takes the step-by-step composition,
 which calls the user's modules.
+
+DecoupledIntQuant (weight-normalization and accumulator-aware quantizers) rounds and clamps with
+a pre-clipping scale and zero point and dequantizes with the post-clipping ones.
 """
 
 from typing import Any
@@ -135,4 +138,79 @@ class IntQuant(jit.ScriptModule):
             y = y * scale
         if self.never_delays:
             return y
+        return self.delay_wrapper(x, y)
+
+
+class DecoupledIntQuant(jit.ScriptModule):
+    """Integer quantization with decoupled pre- and post-clipping scales and zero points:
+
+        y_int = clamp(float_to_int(view(x) / pre_scale + pre_zero_point), min_int, max_int)
+        y = (y_int - zero_point) * scale
+
+    forward(pre_scale, pre_zero_point, scale, zero_point, bit_width, x) -> Tensor. Two scales
+    are not the single affine step the fused int_quant op computes, so this is the composition
+    of the rounding and clamp blocks (each a C++ op); for the first quant_delay_steps calls x
+    itself is returned (see DelayWrapper)."""
+
+    __constants__ = ["signed", "narrow_range"]
+
+    def __init__(
+        self,
+        narrow_range: bool,
+        signed: bool,
+        input_view_impl: Module,
+        float_to_int_impl: Module = RoundSte(),
+        tensor_clamp_impl: Module = TensorClamp(),
+        quant_delay_steps: int = 0,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        check_bool(owner, "narrow_range", narrow_range)
+        check_bool(owner, "signed", signed)
+        check_module(owner, "input_view_impl", input_view_impl)
+        check_module(owner, "float_to_int_impl", float_to_int_impl)
+        check_module(owner, "tensor_clamp_impl", tensor_clamp_impl)
+        check_quant_delay_steps(owner, quant_delay_steps)
+        self.float_to_int_impl = float_to_int_impl
+        self.tensor_clamp_impl = tensor_clamp_impl
+        self.signed = signed
+        self.narrow_range = narrow_range
+        self.delay_wrapper = DelayWrapper(quant_delay_steps)
+        self.input_view_impl = input_view_impl
+
+    @jit.script_method
+    def to_int(
+        self, pre_scale: Tensor, pre_zero_point: Tensor, bit_width: Tensor, x: Tensor
+    ) -> Tensor:
+        """y_int above: the integers, not dequantized."""
+        x = self.input_view_impl(x)
+        y = x / pre_scale
+        y = y + pre_zero_point
+        min_int_val = self.min_int(bit_width)
+        max_int_val = self.max_int(bit_width)
+        y = self.float_to_int_impl(y)
+        y = self.tensor_clamp_impl(y, min_val=min_int_val, max_val=max_int_val)
+        return y
+
+    @jit.script_method
+    def min_int(self, bit_width: Tensor) -> Tensor:
+        return min_int(self.signed, self.narrow_range, bit_width)
+
+    @jit.script_method
+    def max_int(self, bit_width: Tensor) -> Tensor:
+        return max_int(self.signed, self.narrow_range, bit_width)
+
+    @jit.script_method
+    def forward(
+        self,
+        pre_scale: Tensor,
+        pre_zero_point: Tensor,
+        scale: Tensor,
+        zero_point: Tensor,
+        bit_width: Tensor,
+        x: Tensor,
+    ) -> Tensor:
+        y_int = self.to_int(pre_scale, pre_zero_point, bit_width, x)
+        y = y_int - zero_point
+        y = y * scale
         return self.delay_wrapper(x, y)

@@ -1,7 +1,13 @@
 """Scale factors of quantizers: constant, learned, from statistics of weights or of runtime
 inputs (optionally learned afterwards), integer-range thresholds and truncation scales."""
 
+from brevitas_cpp.core.scaling.float_scaling import FloatScaling
 from brevitas_cpp.core.scaling.int_scaling import IntScaling, PowerOfTwoIntScaling
+from brevitas_cpp.core.scaling.pre_scaling import (
+    AccumulatorAwareParameterPreScaling,
+    AccumulatorAwareZeroCenterParameterPreScaling,
+    ParameterPreScalingWeightNorm,
+)
 from brevitas_cpp.core.scaling.runtime import RuntimeStatsScaling, StatsFromParameterScaling
 from brevitas_cpp.core.scaling.standalone import (
     ConstScaling,
@@ -18,10 +24,14 @@ from brevitas_cpp.inject.enum import ScalingImplType, ScalingPerOutputType
 SCALING_STATS_REDUCE_DIM = 1
 
 __all__ = [
+    "AccumulatorAwareParameterPreScaling",
+    "AccumulatorAwareZeroCenterParameterPreScaling",
     "ConstScaling",
+    "FloatScaling",
     "IntScaling",
     "ParameterFromRuntimeStatsScaling",
     "ParameterFromStatsFromParameterScaling",
+    "ParameterPreScalingWeightNorm",
     "ParameterScaling",
     "PowerOfTwoIntScaling",
     "RuntimeStatsScaling",

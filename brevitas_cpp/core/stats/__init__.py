@@ -3,6 +3,7 @@ accumulate them, and the views of tracked parameters they read from."""
 
 from brevitas_cpp.inject.enum import StatsOp
 
+from .mse import MSE
 from .stats_op import (
     AbsAve,
     AbsMax,
@@ -10,6 +11,8 @@ from .stats_op import (
     AbsMaxL2,
     AbsMinMax,
     AbsPercentile,
+    L1Norm,
+    L2Norm,
     MeanSigmaStd,
     NegativeMinOrZero,
     NegativePercentileOrZero,
@@ -31,6 +34,9 @@ __all__ = [
     "AbsMinMax",
     "AbsPercentile",
     "DEFAULT_MOMENTUM",
+    "L1Norm",
+    "L2Norm",
+    "MSE",
     "MeanSigmaStd",
     "NegativeMinOrZero",
     "NegativePercentileOrZero",

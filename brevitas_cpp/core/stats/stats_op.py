@@ -27,6 +27,8 @@ __all__ = [
     "AbsMinMax",
     "AbsPercentile",
     "DEFAULT_STD_DEV_EPSILON",
+    "L1Norm",
+    "L2Norm",
     "MeanSigmaStd",
     "NegativeMinOrZero",
     "NegativePercentileOrZero",
@@ -403,3 +405,42 @@ class MeanSigmaStd(jit.ScriptModule, UnsignedScaleStat):
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return self.impl(x, self.sigma())
+
+
+class _PerChannelNorm(jit.ScriptModule):
+    """The L-p norm of x along stats_reduce_dim, dim kept: the per-channel denominator of
+    weight normalization. Per-tensor (stats_reduce_dim None) is refused, as in Brevitas, since
+    the norm would have to be the largest per-channel one."""
+
+    __constants__ = ["stats_reduce_dim"]
+    P_NORM = 2
+
+    def __init__(self, stats_reduce_dim: Optional[int] = None) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        dim = _checked_dim(owner, stats_reduce_dim)
+        if dim is None:
+            # Brevitas fails at the first call; failing here names the setting.
+            raise NotImplementedError(
+                f"{owner}: per-tensor L{self.P_NORM} normalization is not supported; "
+                f"stats_reduce_dim must be the dim to reduce (per-channel scaling), got None"
+            )
+        self.stats_reduce_dim = dim
+
+
+class L1Norm(_PerChannelNorm):
+    """sum(|x|) along stats_reduce_dim (kept), for A2Q's weight normalization."""
+
+    P_NORM = 1
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return x.norm(p=1, dim=self.stats_reduce_dim, keepdim=True)
+
+
+class L2Norm(_PerChannelNorm):
+    """sqrt(sum(x^2)) along stats_reduce_dim (kept), for weight normalization."""
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        return x.norm(p=2, dim=self.stats_reduce_dim, keepdim=True)

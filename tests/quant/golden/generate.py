@@ -13,10 +13,16 @@ recording too, so the test rebuilds exactly the same composition with brevitas_c
 
 A quantizer is driven the way Brevitas's proxies drive it, without layers or proxies:
   weight:        Q.let(module=layer, tracked_parameter_list=[layer.weight]).tensor_quant(weight)
+  weight_input:  same, called as tensor_quant(weight, input_bit_width, input_is_signed), the
+                 quantized input's format, as DecoupledWeightQuantWithInputProxyFromInjector
+                 passes it (accumulator-aware quantizers)
   bias:          Q.let(module=layer, tracked_parameter_list=[layer.bias]).tensor_quant(bias, scale)
   bias_internal: same, called as tensor_quant(bias) (the quantizer computes its own scale)
   act:           Q.tensor_quant(x)
   trunc:         Q.tensor_quant(x, scale, zero_point, input_bit_width, signed)
+Cases marked proxy=True (the MSE quantizers, whose search calls the proxy that owns it) are built
+by their proxy instead, Q.proxy_class(layer, Q) (an nn.Identity for activations), and driven
+through its tensor_quant as above.
 Every step runs in training mode: forward, loss = sum(out * g) for a fixed random g, backward,
 then one SGD step (no momentum) on the learned tensors. Outputs, gradients and the state_dict
 after the SGD step are recorded for every step; eval-mode outputs are recorded for a fresh
@@ -65,6 +71,17 @@ def weight(name, quantizer, layer, attrs=None, let=None, steps=3):
     )
 
 
+# (input bit width, input signed) per step of a weight_input case; the first is also its eval's.
+INPUT_FORMATS = [(8, True), (4, False), (6, True), (8, False)]
+
+
+def weight_input(name, quantizer, layer, attrs=None, let=None, steps=4):
+    """A weight quantizer that also takes the quantized input's bit width and sign."""
+    spec = weight(name, quantizer, layer, attrs, let, steps)
+    spec.update(kind="weight_input", input_formats=INPUT_FORMATS[:steps])
+    return spec
+
+
 def eval_points(collect: int, steps: int) -> List[int]:
     """Steps after which eval outputs are recorded: during warm-up, at its last step, at the
     switch to the learned scale and at the end."""
@@ -105,6 +122,27 @@ def bias(name, quantizer, internal=False, let=None, steps=3):
 
 def trunc(name, quantizer):
     return dict(name=name, quantizer=quantizer, kind="trunc", attrs={}, let={}, steps=4)
+
+
+def mse_weight(name, quantizer, layer, attrs=None, let=None, steps=3):
+    """A weight quantizer built by its proxy (proxy=True): an MSE search calls the proxy that
+    owns it, so it can not be built from the injector alone. Still driven through tensor_quant."""
+    return dict(weight(name, quantizer, layer, attrs, let, steps), proxy=True)
+
+
+def mse_act(name, quantizer, shape, attrs=None, let=None, collect=DEFAULT_COLLECT):
+    """An activation quantizer built by its proxy (see mse_weight), around an nn.Identity."""
+    return dict(act(name, quantizer, shape, attrs, let, collect=collect), proxy=True)
+
+
+def sub_injector(name: str, **let: Any) -> Dict[str, Any]:
+    """A sub-injector of brevitas.quant.base with let() settings, as plain data."""
+    return {"__subinjector__": name, "let": let}
+
+
+# Brevitas 0.12's MSEAsymmetricScaleSubInjector and MSEZeroPointSubInjector read dtype and device
+# from the quantizer, which activation quantizers do not define: they are given explicitly.
+ACT_DTYPE_DEVICE = {"dtype": {"__dtype__": "float32"}, "device": {"__device__": "cpu"}}
 
 
 CONV = ("conv2d", (3, 4, 3))  # in, out, kernel: weight (4, 3, 3, 3)
@@ -254,6 +292,113 @@ CASES: List[Dict[str, Any]] = [
         let={"high_percentile_q": 90.0, "collect_stats_steps": 6, "scaling_stats_momentum": None},
         collect=6,
     ),
+    # ---- MSE search: stock quantizers (built by their proxy, which the search calls) ------------
+    mse_weight("Int8WeightPerTensorFloatMSE", "Int8WeightPerTensorFloatMSE", CONV),
+    mse_weight("Int8WeightPerChannelFloatMSE", "Int8WeightPerChannelFloatMSE", CONV),
+    mse_weight("ShiftedUint8WeightPerTensorFloatMSE", "ShiftedUint8WeightPerTensorFloatMSE", CONV),
+    mse_weight(
+        "ShiftedUint8WeightPerChannelFloatMSE", "ShiftedUint8WeightPerChannelFloatMSE", LINEAR
+    ),
+    mse_weight("Int8WeightPerTensorFixedPointMSE", "Int8WeightPerTensorFixedPointMSE", LINEAR),
+    mse_weight("Int8WeightPerChannelFixedPointMSE", "Int8WeightPerChannelFixedPointMSE", CONV),
+    mse_act("Int8ActPerTensorFloatMSE", "Int8ActPerTensorFloatMSE", ACT_SHAPE),
+    mse_act("Uint8ActPerTensorFloatMSE", "Uint8ActPerTensorFloatMSE", ACT_SHAPE),
+    mse_act(
+        "ShiftedUint8ActPerTensorFloatMSE",
+        "ShiftedUint8ActPerTensorFloatMSE",
+        ACT_SHAPE,
+        let=ACT_DTYPE_DEVICE,
+    ),
+    mse_act(
+        "ShiftedUint8ActPerTensorFixedPointMSE",
+        "ShiftedUint8ActPerTensorFixedPointMSE",
+        ACT_SHAPE,
+        let=ACT_DTYPE_DEVICE,
+    ),
+    mse_act("Int8ActPerTensorFixedPointMSE", "Int8ActPerTensorFixedPointMSE", ACT_SHAPE),
+    mse_act("Uint8ActPerTensorFixedPointMSE", "Uint8ActPerTensorFixedPointMSE", ACT_SHAPE),
+    act("ShiftedUint8ActPerTensorFixedPoint", "ShiftedUint8ActPerTensorFixedPoint", ACT_SHAPE),
+    # ---- MSE search: other methods and layouts -------------------------------------------------
+    mse_weight(
+        "Int8WeightPerChannelFloatMSE_fibonacci",
+        "Int8WeightPerChannelFloatMSE",
+        CONV,
+        attrs={
+            "mse_scale": sub_injector("MSESymmetricScaleSubInjector", mse_search_method="fibonacci")
+        },
+    ),
+    mse_weight(
+        "ShiftedUint8WeightPerChannelFloatMSE_fibonacci_iters8",
+        "ShiftedUint8WeightPerChannelFloatMSE",
+        LINEAR,
+        attrs={
+            "mse_scale": sub_injector(
+                "MSEAsymmetricScaleSubInjector", mse_search_method="fibonacci", mse_iters=8
+            ),
+            "mse_zero_point": sub_injector(
+                "MSEZeroPointSubInjector", mse_search_method="fibonacci", mse_iters=8
+            ),
+        },
+    ),
+    mse_weight(
+        "Int8WeightPerTensorFloatMSE_grid_iters5",
+        "Int8WeightPerTensorFloatMSE",
+        LINEAR,
+        attrs={"mse_scale": sub_injector("MSESymmetricScaleSubInjector", mse_iters=5)},
+    ),
+    mse_act(
+        "ShiftedUint8ActPerTensorFloatMSE_fibonacci",
+        "ShiftedUint8ActPerTensorFloatMSE",
+        ACT_SHAPE,
+        attrs={
+            "mse_scale": sub_injector(
+                "MSEAsymmetricScaleSubInjector", mse_search_method="fibonacci"
+            ),
+            "mse_zero_point": sub_injector(
+                "MSEZeroPointSubInjector", mse_search_method="fibonacci"
+            ),
+        },
+        let=dict(ACT_DTYPE_DEVICE, collect_stats_steps=6),
+        collect=6,
+    ),
+    mse_act(
+        "Int8ActPerChannelFloatMSE_conv",
+        "Int8ActPerTensorFloatMSE",
+        CONV_ACT_SHAPE,
+        attrs={
+            "scaling_per_output_channel": True,
+            "per_channel_broadcastable_shape": (1, 3, 1, 1),
+            "scaling_stats_permute_dims": (1, 0, 2, 3),
+        },
+        let={"collect_stats_steps": 6},
+        collect=6,
+    ),
+    # ---- decoupled, weight-normalization and accumulator-aware weight quantizers ---------------
+    weight("Int4WeightPerTensorFloatDecoupled", "Int4WeightPerTensorFloatDecoupled", CONV),
+    weight("Int8WeightPerChannelFloatDecoupled", "Int8WeightPerChannelFloatDecoupled", CONV),
+    weight(
+        "Int4WeightPerTensorFixedPointDecoupled", "Int4WeightPerTensorFixedPointDecoupled", LINEAR
+    ),
+    weight("Int8WeightNormL2PerChannelFixedPoint", "Int8WeightNormL2PerChannelFixedPoint", CONV),
+    weight_input("Int8AccumulatorAwareWeightQuant", "Int8AccumulatorAwareWeightQuant", CONV),
+    weight_input(
+        "Int8AccumulatorAwareZeroCenterWeightQuant",
+        "Int8AccumulatorAwareZeroCenterWeightQuant",
+        CONV,
+    ),
+    # Accumulators narrow enough for the L1-norm bound to clamp g / s.
+    weight_input(
+        "Int8AccumulatorAwareWeightQuant_acc12",
+        "Int8AccumulatorAwareWeightQuant",
+        CONV,
+        let={"accumulator_bit_width": 12},
+    ),
+    weight_input(
+        "Int8AccumulatorAwareZeroCenterWeightQuant_acc10_linear",
+        "Int8AccumulatorAwareZeroCenterWeightQuant",
+        LINEAR,
+        let={"accumulator_bit_width": 10},
+    ),
 ]
 
 
@@ -293,6 +438,13 @@ def float64_variant(spec: Dict[str, Any]) -> Dict[str, Any]:
 def decode(value: Any) -> Any:
     if isinstance(value, dict) and "__enum__" in value:
         return getattr(benum, value["__enum__"])[value["name"]]
+    if isinstance(value, dict) and "__subinjector__" in value:
+        lets = {k: decode(v) for k, v in value["let"].items()}
+        return getattr(bquant.base, value["__subinjector__"]).let(**lets)
+    if isinstance(value, dict) and "__dtype__" in value:
+        return getattr(torch, value["__dtype__"])
+    if isinstance(value, dict) and "__device__" in value:
+        return torch.device(value["__device__"])
     return value
 
 
@@ -328,6 +480,15 @@ def make_layer(layer_spec) -> torch.nn.Module:
     if kind == "linear":
         layer.out_channels = layer.out_features
     return layer
+
+
+def built_by_proxy(q, kind: str, layer: Optional[torch.nn.Module]) -> torch.nn.Module:
+    """The tensor_quant the quantizer's own proxy builds (for a weight: over the layer's weight;
+    for an activation: after an nn.Identity), which keeps the proxy alive through its blocks."""
+    if kind == "weight":
+        return q.proxy_class(layer, q).tensor_quant
+    assert kind == "act", kind
+    return q.proxy_class(torch.nn.Identity(), q).fused_activation_quant_proxy.tensor_quant
 
 
 # ---- recording ---------------------------------------------------------------------------------
@@ -372,11 +533,14 @@ class Recorder:
             self.record["layer_state"] = state_of(self.layer)
         q = quantizer_class(spec)
         kind = spec["kind"]
-        if kind == "weight":
-            q = q.let(module=self.layer, tracked_parameter_list=[self.layer.weight])
-        elif kind in ("bias", "bias_internal"):
-            q = q.let(module=self.layer, tracked_parameter_list=[self.layer.bias])
-        self.tq = q.tensor_quant
+        if spec.get("proxy"):
+            self.tq = built_by_proxy(q, kind, self.layer)
+        else:
+            if kind in ("weight", "weight_input"):
+                q = q.let(module=self.layer, tracked_parameter_list=[self.layer.weight])
+            elif kind in ("bias", "bias_internal"):
+                q = q.let(module=self.layer, tracked_parameter_list=[self.layer.bias])
+            self.tq = q.tensor_quant
         # Built in float32 like its float32 case, then converted, as a model is by .double().
         if self.layer is not None:
             self.layer.to(self.dtype)
@@ -394,6 +558,8 @@ class Recorder:
         kind = self.spec["kind"]
         if kind == "weight":
             return {"x": self.layer.weight}
+        if kind == "weight_input":
+            return self.weight_input_args(*self.spec["input_formats"][k])
         if kind == "bias_internal":
             return {"x": self.layer.bias}
         if kind == "bias":
@@ -425,6 +591,13 @@ class Recorder:
         shift = 0.3 * math.sin(k / 7.0)
         return {"x": self.randn(*shape, spread=self.spec["spread"], shift=shift).requires_grad_()}
 
+    def weight_input_args(self, input_bit_width: int, input_is_signed: bool) -> Dict[str, Any]:
+        return {
+            "x": self.layer.weight,
+            "input_bit_width": torch.tensor(float(input_bit_width), dtype=self.dtype),
+            "input_is_signed": input_is_signed,
+        }
+
     def eval_inputs(self) -> List[Dict[str, Any]]:
         kind = self.spec["kind"]
         if kind == "act":
@@ -439,6 +612,8 @@ class Recorder:
             return self.tq(inputs["x"])
         if kind == "bias":
             return self.tq(inputs["x"], inputs["input_scale"])
+        if kind == "weight_input":
+            return self.tq(inputs["x"], inputs["input_bit_width"], inputs["input_is_signed"])
         return self.tq(
             inputs["x"],
             inputs["scale"],
@@ -460,13 +635,19 @@ class Recorder:
                 outs = [
                     self.call({"x": self.layer.bias, "input_scale": BIAS_EVAL_SCALE.to(self.dtype)})
                 ]
+            elif kind == "weight_input":
+                outs = [self.call(self.weight_input_args(*self.spec["input_formats"][0]))]
             else:
                 outs = [self.call({"x": self.tracked()})]
         self.tq.train()
         return [[snap(o) for o in out] for out in outs]
 
     def tracked(self) -> torch.Tensor:
-        return self.layer.weight if self.spec["kind"] == "weight" else self.layer.bias
+        return (
+            self.layer.weight
+            if self.spec["kind"] in ("weight", "weight_input")
+            else self.layer.bias
+        )
 
     def run(self) -> Dict[str, Any]:
         spec = self.spec

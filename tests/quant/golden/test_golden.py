@@ -129,7 +129,9 @@ def assert_outputs(
     actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str
 ) -> None:
     assert len(actual) == len(expected), f"{what}: {len(actual)} outputs, want {len(expected)}"
-    for name, a, e in zip(("value", "scale", "zero_point", "bit_width"), actual, expected):
+    # Decoupled quantizers also return their pre-clipping scale and zero point.
+    names = ("value", "scale", "zero_point", "bit_width", "pre_scale", "pre_zero_point")
+    for name, a, e in zip(names, actual, expected):
         assert_exact(a, e, f"{what} {name}")
 
 
@@ -137,11 +139,21 @@ def assert_outputs(
 
 
 def decode(value: Any) -> Any:
-    """Enum members are recorded as {"__enum__": class name, "name": member name}."""
+    """Enum members are recorded as {"__enum__": class name, "name": member name}; sub-injectors
+    of quant.base as {"__subinjector__": name, "let": settings}; dtypes and devices by name."""
     if isinstance(value, dict) and "__enum__" in value:
         from brevitas_cpp.inject import enum as cenum
 
         return getattr(cenum, value["__enum__"])[value["name"]]
+    if isinstance(value, dict) and "__subinjector__" in value:
+        from brevitas_cpp.quant import base as cbase
+
+        lets = {k: decode(v) for k, v in value["let"].items()}
+        return getattr(cbase, value["__subinjector__"]).let(**lets)
+    if isinstance(value, dict) and "__dtype__" in value:
+        return getattr(torch, value["__dtype__"])
+    if isinstance(value, dict) and "__device__" in value:
+        return torch.device(value["__device__"])
     return value
 
 
@@ -165,11 +177,22 @@ def build_tensor_quant(spec: Dict[str, Any], layer: Optional[torch.nn.Module]) -
     q = type(spec["name"], (base,), attrs) if attrs else base
     if lets:
         q = q.let(**lets)
-    if spec["kind"] == "weight":
+    if spec.get("proxy"):
+        return built_by_proxy(q, spec["kind"], layer)
+    if spec["kind"] in ("weight", "weight_input"):
         q = q.let(module=layer, tracked_parameter_list=[layer.weight])
     elif spec["kind"] in ("bias", "bias_internal"):
         q = q.let(module=layer, tracked_parameter_list=[layer.bias])
     return q.tensor_quant
+
+
+def built_by_proxy(q, kind: str, layer: Optional[torch.nn.Module]) -> torch.nn.Module:
+    """As recorded for proxy=True cases (MSE quantizers, whose search calls its proxy): the
+    tensor_quant the quantizer's proxy builds, over the layer's weight or after an nn.Identity."""
+    if kind == "weight":
+        return q.proxy_class(layer, q).tensor_quant
+    assert kind == "act", kind
+    return q.proxy_class(torch.nn.Identity(), q).fused_activation_quant_proxy.tensor_quant
 
 
 def plain_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -196,13 +219,15 @@ class Replay:
         self.tq.train()
 
     def tracked(self) -> torch.Tensor:
-        return self.layer.weight if self.kind == "weight" else self.layer.bias
+        return self.layer.weight if self.kind in ("weight", "weight_input") else self.layer.bias
 
     def call(self, inputs: Dict[str, Any]):
         if self.kind in ("weight", "bias_internal", "act"):
             return self.tq(inputs["x"])
         if self.kind == "bias":
             return self.tq(inputs["x"], inputs["input_scale"])
+        if self.kind == "weight_input":
+            return self.tq(inputs["x"], inputs["input_bit_width"], inputs["input_is_signed"])
         return self.tq(
             inputs["x"],
             inputs["scale"],
@@ -218,6 +243,12 @@ class Replay:
             if self.kind == "bias":
                 inputs["input_scale"] = steps["in:input_scale"][k].clone().requires_grad_()
             return inputs
+        if self.kind == "weight_input":
+            return {
+                "x": self.tracked(),
+                "input_bit_width": steps["in:input_bit_width"][k].clone(),
+                "input_is_signed": bool(steps["in:input_is_signed"][k]),
+            }
         if self.kind == "trunc":
             return {
                 "x": steps["in:x"][k].clone().requires_grad_(),
@@ -256,6 +287,15 @@ class Replay:
                 elif self.kind == "trunc":
                     inp = dict(self.record["trunc_eval_input"])
                     inp["signed"] = bool(inp["signed"])
+                    outs = [self.call(inp)]
+                elif self.kind == "weight_input":
+                    # Evaluated with the first step's input format, as recorded.
+                    step0 = self.record["steps"]
+                    inp = {
+                        "x": self.tracked(),
+                        "input_bit_width": step0["in:input_bit_width"][0],
+                        "input_is_signed": bool(step0["in:input_is_signed"][0]),
+                    }
                     outs = [self.call(inp)]
                 elif self.kind == "bias":
                     outs = [

@@ -164,8 +164,72 @@ def _describe(t: Tensor) -> str:
     return str(t.detach().cpu().tolist()) if t.numel() <= 8 else f"tensor of shape {tuple(t.shape)}"
 
 
-class IntMixin:
+class _MetadataMixin:
+    """What integer and minifloat QuantTensors share: the eval-mode checks of scale, zero point
+    and sign, and the shape methods, which move each metadata tensor named in _METADATA that has
+    the value's rank along with it (a per-channel scale of shape (1, C, 1, 1) follows its channel
+    dim; lower-rank metadata broadcasts as it is)."""
+
+    _METADATA: Tuple[str, ...] = ("scale", "zero_point")
+
+    def check_scaling_factors_same(self, other: Any) -> bool:
+        """In eval, both operands must share a scale (in training the output scale averages them)."""
+        if self.training:
+            return True
+        if not torch.allclose(self.scale, other.scale):
+            raise RuntimeError(
+                f"{type(self).__name__}: scaling factors are different in eval mode: "
+                f"{_describe(self.scale)} vs {_describe(other.scale)}; requantize the operands "
+                f"with a shared quantizer so they have the same scale"
+            )
+        return True
+
+    def check_zero_points_same(self, other: Any) -> bool:
+        if self.training:
+            return True
+        if not torch.allclose(self.zero_point, other.zero_point):
+            raise RuntimeError(
+                f"{type(self).__name__}: zero points are different in eval mode: "
+                f"{_describe(self.zero_point)} vs {_describe(other.zero_point)}"
+            )
+        return True
+
+    def check_sign_same(self, other: Any) -> bool:
+        if not self.signed == other.signed:
+            raise RuntimeError(
+                f"{type(self).__name__}: signs are different: signed={self.signed} vs "
+                f"signed={other.signed}"
+            )
+        return True
+
+    def view(self, *args: Any, **kwargs: Any) -> Any:
+        return self.set(value=self.value.view(*args, **kwargs))
+
+    def reshape(self, *args: Any, **kwargs: Any) -> Any:
+        return self.set(value=self.value.reshape(*args, **kwargs))
+
+    def flatten(self, *args: Any, **kwargs: Any) -> Any:
+        return self.set(value=self.value.flatten(*args, **kwargs))
+
+    def transpose(self, *args: Any, **kwargs: Any) -> Any:
+        return self._rearrange_dims(lambda t: t.transpose(*args, **kwargs))
+
+    def permute(self, *args: Any, **kwargs: Any) -> Any:
+        return self._rearrange_dims(lambda t: t.permute(*args, **kwargs))
+
+    def _rearrange_dims(self, fn: Callable[[Tensor], Tensor]) -> Any:
+        value = fn(self.value)
+        meta = {}
+        for name in self._METADATA:
+            field = getattr(self, name)
+            meta[name] = fn(field) if field.dim() == value.dim() else field
+        return self.set(value=value, **meta)
+
+
+class IntMixin(_MetadataMixin):
     """Integer view and checks of a QuantTensor with scale, zero_point, bit_width and flags."""
+
+    _METADATA = ("scale", "zero_point", "bit_width")
 
     @property
     def _pre_round_int_value(self) -> Tensor:
@@ -225,28 +289,6 @@ class IntMixin:
             return int_value.to(torch.int8 if self.signed else torch.uint8)
         return int_value.to(torch.int32)
 
-    def check_scaling_factors_same(self, other: Any) -> bool:
-        """In eval, both operands must share a scale (in training the output scale averages them)."""
-        if self.training:
-            return True
-        if not torch.allclose(self.scale, other.scale):
-            raise RuntimeError(
-                f"{type(self).__name__}: scaling factors are different in eval mode: "
-                f"{_describe(self.scale)} vs {_describe(other.scale)}; requantize the operands "
-                f"with a shared quantizer so they have the same scale"
-            )
-        return True
-
-    def check_zero_points_same(self, other: Any) -> bool:
-        if self.training:
-            return True
-        if not torch.allclose(self.zero_point, other.zero_point):
-            raise RuntimeError(
-                f"{type(self).__name__}: zero points are different in eval mode: "
-                f"{_describe(self.zero_point)} vs {_describe(other.zero_point)}"
-            )
-        return True
-
     def check_bit_width_same(self, other: Any) -> bool:
         if not torch.allclose(self.bit_width, other.bit_width):
             raise RuntimeError(
@@ -255,52 +297,8 @@ class IntMixin:
             )
         return True
 
-    def check_sign_same(self, other: Any) -> bool:
-        if not self.signed == other.signed:
-            raise RuntimeError(
-                f"{type(self).__name__}: signs are different: signed={self.signed} vs "
-                f"signed={other.signed}"
-            )
-        return True
 
-    def view(self, *args: Any, **kwargs: Any) -> Any:
-        return self.set(value=self.value.view(*args, **kwargs))
-
-    def reshape(self, *args: Any, **kwargs: Any) -> Any:
-        return self.set(value=self.value.reshape(*args, **kwargs))
-
-    def flatten(self, *args: Any, **kwargs: Any) -> Any:
-        return self.set(value=self.value.flatten(*args, **kwargs))
-
-    def transpose(self, *args: Any, **kwargs: Any) -> Any:
-        return self._rearrange_dims(lambda t: t.transpose(*args, **kwargs))
-
-    def permute(self, *args: Any, **kwargs: Any) -> Any:
-        return self._rearrange_dims(lambda t: t.permute(*args, **kwargs))
-
-    def _rearrange_dims(self, fn: Callable[[Tensor], Tensor]) -> Any:
-        """fn on the value and on each metadata tensor of the same rank (a per-channel scale of
-        shape (1, C, 1, 1) has to follow its channel dim); lower-rank metadata broadcasts as is."""
-        value = fn(self.value)
-        meta = {}
-        for name in ("scale", "zero_point", "bit_width"):
-            field = getattr(self, name)
-            meta[name] = fn(field) if field.dim() == value.dim() else field
-        return self.set(value=value, **meta)
-
-
-def _rearrange_metadata_dims(qt: Any, fn: Callable[[Tensor], Tensor], names: Sequence[str]) -> Any:
-    """fn on qt's value and on each named metadata tensor of the value's rank (see
-    IntMixin._rearrange_dims); lower-rank metadata broadcasts as it is."""
-    value = fn(qt.value)
-    meta = {}
-    for name in names:
-        field = getattr(qt, name)
-        meta[name] = fn(field) if field.dim() == value.dim() else field
-    return qt.set(value=value, **meta)
-
-
-class FloatMixin:
+class FloatMixin(_MetadataMixin):
     """Minifloat view and checks of a QuantTensor with scale, zero_point, exponent and mantissa
     bit widths, exponent bias, inf/NaN codes and flags.
 
@@ -378,28 +376,6 @@ class FloatMixin:
                 )
         return value_device
 
-    def check_scaling_factors_same(self, other: Any) -> bool:
-        """In eval, both operands must share a scale (in training the output scale averages them)."""
-        if self.training:
-            return True
-        if not torch.allclose(self.scale, other.scale):
-            raise RuntimeError(
-                f"{type(self).__name__}: scaling factors are different in eval mode: "
-                f"{_describe(self.scale)} vs {_describe(other.scale)}; requantize the operands "
-                f"with a shared quantizer so they have the same scale"
-            )
-        return True
-
-    def check_zero_points_same(self, other: Any) -> bool:
-        if self.training:
-            return True
-        if not torch.allclose(self.zero_point, other.zero_point):
-            raise RuntimeError(
-                f"{type(self).__name__}: zero points are different in eval mode: "
-                f"{_describe(self.zero_point)} vs {_describe(other.zero_point)}"
-            )
-        return True
-
     def check_bit_width_same(self, other: Any) -> bool:
         """Exponent and mantissa widths must both match (Brevitas 0.12 raised only when both
         differed, so e4m3 and e4m2 passed)."""
@@ -440,33 +416,6 @@ class FloatMixin:
                 f"vs saturating={other.saturating}"
             )
         return True
-
-    def check_sign_same(self, other: Any) -> bool:
-        if not self.signed == other.signed:
-            raise RuntimeError(
-                f"{type(self).__name__}: signs are different: signed={self.signed} vs "
-                f"signed={other.signed}"
-            )
-        return True
-
-    def view(self, *args: Any, **kwargs: Any) -> Any:
-        return self.set(value=self.value.view(*args, **kwargs))
-
-    def reshape(self, *args: Any, **kwargs: Any) -> Any:
-        return self.set(value=self.value.reshape(*args, **kwargs))
-
-    def flatten(self, *args: Any, **kwargs: Any) -> Any:
-        return self.set(value=self.value.flatten(*args, **kwargs))
-
-    def transpose(self, *args: Any, **kwargs: Any) -> Any:
-        # Brevitas moves only scale and zero point; the other metadata is per tensor there, and
-        # moving it too keeps a same-rank one aligned.
-        return _rearrange_metadata_dims(
-            self, lambda t: t.transpose(*args, **kwargs), self._METADATA
-        )
-
-    def permute(self, *args: Any, **kwargs: Any) -> Any:
-        return _rearrange_metadata_dims(self, lambda t: t.permute(*args, **kwargs), self._METADATA)
 
     # Last in the class: later annotations naming `int` would otherwise see this method.
     def int(self) -> Tensor:

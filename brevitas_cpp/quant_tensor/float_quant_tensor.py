@@ -22,7 +22,7 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
 from brevitas_cpp.quant_tensor.float_torch_handler import FLOAT_QUANT_TENSOR_FN_HANDLER
 from brevitas_cpp.quant_tensor.int_quant_tensor import _FALSE_FLAG, _TRUE_FLAG, _flag_value
 from brevitas_cpp.quant_tensor.int_torch_handler import _check_same_device
-from brevitas_cpp.quant_tensor.torch_handler import QUANT_TENSOR_FN_HANDLER
+from brevitas_cpp.quant_tensor.torch_handler import handle_torch_function
 
 __all__ = ["FloatQuantTensor"]
 
@@ -146,14 +146,7 @@ class FloatQuantTensor(FloatQuantTensorBase, FloatMixin, QuantTensor):
         args: Sequence[Any] = (),
         kwargs: Optional[Dict[str, Any]] = None,
     ) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        if func in FLOAT_QUANT_TENSOR_FN_HANDLER:
-            return FLOAT_QUANT_TENSOR_FN_HANDLER[func](*args, **kwargs)
-        if func in QUANT_TENSOR_FN_HANDLER:
-            return QUANT_TENSOR_FN_HANDLER[func](*args, **kwargs)
-        # Not known to keep or define a quantization: compute on the values, return plain tensors.
-        return func(*_unpack_quant_tensor(args), **_unpack_quant_tensor(kwargs))
+        return handle_torch_function(FLOAT_QUANT_TENSOR_FN_HANDLER, func, args, kwargs)
 
     @staticmethod
     def check_input_type(tensor: Any) -> None:

@@ -24,7 +24,7 @@ from brevitas_cpp.quant_tensor.int_torch_handler import (
     INT_QUANT_TENSOR_FN_HANDLER,
     _check_same_device,
 )
-from brevitas_cpp.quant_tensor.torch_handler import QUANT_TENSOR_FN_HANDLER
+from brevitas_cpp.quant_tensor.torch_handler import handle_torch_function
 
 __all__ = ["IntQuantTensor"]
 
@@ -129,14 +129,7 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
         args: Sequence[Any] = (),
         kwargs: Optional[Dict[str, Any]] = None,
     ) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        if func in INT_QUANT_TENSOR_FN_HANDLER:
-            return INT_QUANT_TENSOR_FN_HANDLER[func](*args, **kwargs)
-        if func in QUANT_TENSOR_FN_HANDLER:
-            return QUANT_TENSOR_FN_HANDLER[func](*args, **kwargs)
-        # Not known to keep or define a quantization: compute on the values, return plain tensors.
-        return func(*_unpack_quant_tensor(args), **_unpack_quant_tensor(kwargs))
+        return handle_torch_function(INT_QUANT_TENSOR_FN_HANDLER, func, args, kwargs)
 
     @staticmethod
     def check_input_type(tensor: Any) -> None:

@@ -7,14 +7,32 @@ output is the function applied to `.value` with the input's scale, zero point an
 `__torch_function__` looks functions up here after the integer-specific table."""
 
 import functools
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from brevitas_cpp.quant_tensor.base_quant_tensor import _unpack_quant_tensor
+
 __all__ = ["QUANT_TENSOR_FN_HANDLER", "implements", "quant_invariant_handler"]
 
 QUANT_TENSOR_FN_HANDLER: Dict[Callable, Callable] = {}
+
+
+def handle_torch_function(
+    own_handlers: Dict[Callable, Callable],
+    func: Callable,
+    args: Sequence[Any],
+    kwargs: Optional[Dict[str, Any]],
+) -> Any:
+    """A QuantTensor type's __torch_function__: its own handler, else a shared one, else func on
+    the values (a function not known to keep or define a quantization returns plain tensors)."""
+    kwargs = kwargs or {}
+    if func in own_handlers:
+        return own_handlers[func](*args, **kwargs)
+    if func in QUANT_TENSOR_FN_HANDLER:
+        return QUANT_TENSOR_FN_HANDLER[func](*args, **kwargs)
+    return func(*_unpack_quant_tensor(args), **_unpack_quant_tensor(kwargs))
 
 
 def implements(torch_function: Callable) -> Callable[[Callable], Callable]:

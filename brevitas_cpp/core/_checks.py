@@ -145,3 +145,11 @@ def check_affine_inits(owner: str, prefix: str, rescaling_init, shifting_init) -
             f"{shifting_init!r}) requires enabling affine rescaling first "
             f"({prefix}_affine_rescaling_init is None)"
         )
+
+
+def checked_group(owner: str, group_size, group_dim) -> None:
+    """A per-group layout: a positive integer group_size and an integer group_dim."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"{owner}: group_size must be a positive int, got {group_size!r}")
+    if isinstance(group_dim, bool) or not isinstance(group_dim, int):
+        raise ValueError(f"{owner}: group_dim must be an int (a dimension), got {group_dim!r}")

@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from torch import Tensor, nn
 
-from brevitas_cpp.export.errors import describe_proxy, module_names
+from brevitas_cpp.export.errors import ExportError, describe_proxy, module_names
 from brevitas_cpp.proxy import (
     ActQuantProxyFromInjectorBase,
     BiasQuantProxyFromInjector,
@@ -82,10 +82,17 @@ def recording(model: nn.Module) -> Iterator[Dict[int, ProxyRecord]]:
 
     try:
         for proxy in _enabled_proxies(model):
+            owner = describe_proxy(names, proxy)
+            if proxy.is_groupwise:
+                # QCDQ carries one scale per tensor or per axis; MX needs the ONNX MX ops.
+                raise ExportError(
+                    f"{owner}: per-group (MX or groupwise) scales are not exported: QCDQ has one "
+                    f"scale per tensor or per axis"
+                )
             records[id(proxy)] = ProxyRecord(
                 proxy=proxy,
                 name=names.get(id(proxy), type(proxy).__name__),
-                owner=describe_proxy(names, proxy),
+                owner=owner,
                 kind=proxy_kind(proxy),
             )
             handles.append(proxy.register_forward_hook(hook))

@@ -254,12 +254,27 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
         if torch.jit.is_scripting():
             return quant_output[0]
         if self.return_quant_tensor and not isinstance(quant_output, QuantTensor):
-            raise RuntimeError(
-                f"{type(self).__name__}: return_quant_tensor=True, but there is no quantized "
-                f"output to return: quantize the output (output_quant=...), or both the input "
-                f"(input_quant=... or a QuantTensor input) and the weight"
-            )
+            raise self._no_quant_output_error()
         return QuantInputOutputLayer._layer_output(self, quant_output)
+
+    @torch.jit.unused
+    def _no_quant_output_error(self) -> RuntimeError:
+        # Per-group scales vary along the reduced dim: the accumulator has no scale of its own.
+        grouped = [
+            name
+            for name in ("input_quant", "weight_quant")
+            if getattr(getattr(self, name), "is_groupwise", False)
+        ]
+        why = (
+            f" ({' and '.join(grouped)}: per-group scales, which give the accumulator no scale)"
+            if grouped
+            else ""
+        )
+        return RuntimeError(
+            f"{type(self).__name__}: return_quant_tensor=True, but there is no quantized output "
+            f"to return{why}: quantize the output (output_quant=...), or both the input "
+            f"(input_quant=... or a QuantTensor input) and the weight"
+        )
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs

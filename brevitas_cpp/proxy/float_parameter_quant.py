@@ -33,6 +33,10 @@ class WeightFloatQuantProxyFromInjectorBase(
     def quant_tuple(self, x: Tensor) -> QuantTuple:
         """(value, scale, zero_point, bit_width) of the minifloat quantizer, None metadata when
         nothing is quantized."""
+        return self.layout_quant_tuple(x)
+
+    def layout_quant_tuple(self, x: Tensor) -> QuantTuple:
+        """quant_tuple in the layout the quantizer works in (grouped, for per-group scales)."""
         if self.tensor_quant is None:
             return x, None, None, None
         if self.disable_quant:

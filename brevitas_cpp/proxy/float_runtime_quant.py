@@ -36,6 +36,10 @@ class ActFloatQuantProxyFromInjectorBase(MinifloatFormatQueries, ActQuantProxyFr
     def quant_tuple(self, x: Tensor) -> QuantTuple:
         """(value, scale, zero_point, bit_width) of the activation and minifloat quantizer, None
         metadata when nothing is quantized."""
+        return self.layout_quant_tuple(x)
+
+    def layout_quant_tuple(self, x: Tensor) -> QuantTuple:
+        """quant_tuple in the layout the quantizer works in (grouped, for per-group scales)."""
         if self.fused_activation_quant_proxy is None:
             return x, None, None, None
         if not self._is_quant_enabled or self.disable_quant:

@@ -162,6 +162,10 @@ class WeightQuantProxyFromInjectorBase(
     def quant_tuple(self, x: Tensor) -> QuantTuple:
         """The quantizer on x: (value, scale, zero_point, bit_width), with None metadata when
         nothing is quantized. What forward wraps, and what layers call."""
+        return self.layout_quant_tuple(x)
+
+    def layout_quant_tuple(self, x: Tensor) -> QuantTuple:
+        """quant_tuple in the layout the quantizer works in (grouped, for per-group scales)."""
         # Static under TorchScript: tensor_quant is None (a NoneType attribute) or a module.
         if self.tensor_quant is None:
             return x, None, None, None
@@ -290,7 +294,10 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
                 f"(requires_input_scale=True) can not be shared by layers of different types "
                 f"(got {_layer_names(self.tracked_module_list)})"
             )
-        return accumulator_scale(input_scale, weight_scale, input[0].dim(), self._acc_channel_dim)
+        input_value = input.value if isinstance(input, QuantTensor) else input[0]
+        return accumulator_scale(
+            input_scale, weight_scale, input_value.dim(), self._acc_channel_dim
+        )
 
     def _eager_accumulator_scale(self, input: Any, weight: Any) -> Tensor:
         """compute_bias_scale, flat; without the operands' scales (e.g. an export-time call),
@@ -418,7 +425,9 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
 
 
 def _scale_of(quant: Any) -> Optional[Tensor]:
-    """The scale of a quantized operand (an IntQuantTensor or a QuantTuple), None otherwise."""
+    """The scale of a quantized operand (a QuantTensor or a QuantTuple), None otherwise."""
+    if isinstance(quant, QuantTensor):
+        return quant.scale
     if isinstance(quant, tuple) and len(quant) >= 4 and isinstance(quant[1], Tensor):
         return quant[1]
     return None

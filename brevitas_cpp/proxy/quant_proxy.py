@@ -34,6 +34,7 @@ from brevitas_cpp.proxy.script import (
     mark_properties_unused_by_jit,
     script_error,
 )
+from brevitas_cpp.quant_tensor import QuantTensor
 
 __all__ = ["QuantProxyProtocol", "QuantProxyFromInjector"]
 
@@ -273,7 +274,12 @@ class QuantProxyFromInjector(
         """What ``quantize`` does in eager mode: ``quant_tuple(x)``, or the proxy called with
         call_args when that does more (its output, an IntQuantTensor being a QuantTuple too)."""
         if self._calls_itself(x, as_quant_tensor):
-            return as_quant_tuple(self(*call_args))
+            out = self(*call_args)
+            # A wanted QuantTensor goes to the float op's torch handler as it is; otherwise the
+            # layer reads a tuple (a per-group QuantTensor's fields are grouped: ungrouped here).
+            if as_quant_tensor and isinstance(out, QuantTensor):
+                return out
+            return as_quant_tuple(out)
         return self.quant_tuple(x)
 
     def apply_input_view(self, x: torch.Tensor) -> torch.Tensor:

@@ -159,6 +159,10 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
     def quant_tuple(self, x: Tensor) -> QuantTuple:
         """The activation and quantizer on x: (value, scale, zero_point, bit_width), with None
         metadata when nothing is quantized. What forward wraps, and what layers call."""
+        return self.layout_quant_tuple(x)
+
+    def layout_quant_tuple(self, x: Tensor) -> QuantTuple:
+        """quant_tuple in the layout the quantizer works in (grouped, for per-group scales)."""
         # Static under TorchScript: fused is None (a NoneType attribute) or a module.
         if self.fused_activation_quant_proxy is None:
             return x, None, None, None

@@ -31,7 +31,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from brevitas_cpp.quant_tensor import QuantTensor
+from brevitas_cpp.quant_tensor import GroupwiseQuantTensor, QuantTensor
 
 __all__ = [
     "QuantTuple",
@@ -49,8 +49,10 @@ QuantTuple = Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]
 
 
 def as_quant_tuple(out: Any) -> QuantTuple:
-    """A proxy's output as a QuantTuple: a QuantTensor as it is, a plain Tensor (nothing
-    quantized) with None metadata."""
+    """A proxy's output as a QuantTuple: a QuantTensor as it is (a per-group one ungrouped), a
+    plain Tensor (nothing quantized) with None metadata."""
+    if isinstance(out, GroupwiseQuantTensor):
+        return out.as_quant_tuple()
     if isinstance(out, QuantTensor):
         return out
     return out, None, None, None

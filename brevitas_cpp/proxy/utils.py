@@ -1,5 +1,6 @@
 """Helpers shared by the proxies: the cache of a quantized tensor's metadata kept at inference
-(Brevitas's ``_CachedIO``, and ``_CachedIOFloat`` for minifloat tensors) and
+(Brevitas's ``_CachedIO``, ``_CachedIOFloat`` for minifloat tensors and ``_CachedIOGroupwise*``
+for per-group ones) and
 ``ConvertRuntimeStatsToParameter``, the state_dict hook of activation quantizers whose scale is
 learned from runtime statistics.
 """
@@ -38,24 +39,8 @@ class _CachedIO:
         return self.quant_tensor.signed
 
 
-class _CachedIOFloat:
-    """_CachedIO for a FloatQuantTensor: the minifloat metadata (scale, zero point, exponent and
-    mantissa widths, bias, saturation, inf/NaN codes, sign) and, unless metadata_only, the
-    tensor itself."""
-
-    def __init__(self, quant_tensor: Any, metadata_only: bool) -> None:
-        self.shape = quant_tensor.value.shape
-        if metadata_only:
-            self.value = None
-            self.quant_tensor = quant_tensor.set(value=None)
-        else:
-            self.quant_tensor = quant_tensor
-            self.value = quant_tensor.value
-        self.scale = quant_tensor.scale
-
-    @property
-    def zero_point(self) -> torch.Tensor:
-        return self.quant_tensor.zero_point
+class _MinifloatMetadata:
+    """The minifloat format of a cache's quant_tensor."""
 
     @property
     def exponent_bit_width(self) -> torch.Tensor:
@@ -81,9 +66,61 @@ class _CachedIOFloat:
     def nan_values(self) -> Optional[Sequence[str]]:
         return self.quant_tensor.nan_values
 
+
+class _CachedIOFloat(_MinifloatMetadata, _CachedIO):
+    """_CachedIO for a FloatQuantTensor: the minifloat metadata (scale, zero point, exponent and
+    mantissa widths, bias, saturation, inf/NaN codes, sign) and, unless metadata_only, the
+    tensor itself."""
+
+    @property
+    def bit_width(self) -> torch.Tensor:
+        raise AttributeError(
+            "a minifloat cache has no bit_width: read exponent_bit_width and mantissa_bit_width"
+        )
+
+
+class _CachedIOGroupwise:
+    """What a per-group proxy remembers in eval: the grouped scale and zero point (scale_,
+    zero_point_), their ungrouped views, and unless metadata_only the tensor itself."""
+
+    def __init__(self, quant_tensor: Any, metadata_only: bool) -> None:
+        self.shape = quant_tensor.value.shape
+        self.scale = quant_tensor.scale
+        self.scale_ = quant_tensor.scale_
+        self.zero_point_ = quant_tensor.zero_point_
+        self._zero_point = quant_tensor.zero_point
+        if metadata_only:
+            self.value = None
+            self.quant_tensor = quant_tensor.set(value_=None)
+        else:
+            self.quant_tensor = quant_tensor
+            self.value = quant_tensor.value
+
+    @property
+    def zero_point(self) -> torch.Tensor:
+        return self._zero_point
+
+    @property
+    def group_size(self) -> int:
+        return self.quant_tensor.group_size
+
+    @property
+    def group_dim(self) -> int:
+        return self.quant_tensor.group_dim
+
     @property
     def signed(self) -> bool:
         return self.quant_tensor.signed
+
+
+class _CachedIOGroupwiseInt(_CachedIOGroupwise):
+    @property
+    def bit_width(self) -> torch.Tensor:
+        return self.quant_tensor.bit_width
+
+
+class _CachedIOGroupwiseFloat(_MinifloatMetadata, _CachedIOGroupwise):
+    pass
 
 
 class ConvertRuntimeStatsToParameter:

@@ -265,15 +265,17 @@ class ShiftedParamFromPercentileUintQuant(_ShiftedUint):
 
 
 def _mse_input_view(scaling_per_output, __self__):
-    """How an MSE block lays out its input, the loss and the statistic: per output channel or as
-    a whole."""
+    """How an MSE block lays out its input, the loss and the statistic: per output channel, per
+    group or as a whole."""
     if scaling_per_output == ScalingPerOutputType.CHANNEL:
         return StatsInputViewShapeImpl.OVER_OUTPUT_CHANNELS
     if scaling_per_output == ScalingPerOutputType.TENSOR:
         return StatsInputViewShapeImpl.OVER_TENSOR
+    if scaling_per_output == ScalingPerOutputType.GROUP:
+        return StatsInputViewShapeImpl.OVER_SUBCHANNEL_BLOCK
     raise QuantizerSolveError(
-        f"{quantizer_name(__self__)}: an MSE search needs per-tensor or per-channel scaling "
-        f"(scaling_per_output_type TENSOR or CHANNEL), got {scaling_per_output!r}"
+        f"{quantizer_name(__self__)}: an MSE search needs per-tensor, per-channel or per-group "
+        f"scaling (scaling_per_output_type TENSOR, CHANNEL or GROUP), got {scaling_per_output!r}"
     )
 
 

@@ -6,6 +6,8 @@ from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.quant.base import (
     AccumulatorAwareWeightQuant,
     AccumulatorAwareZeroCenterWeightQuant,
+    BatchQuantStatsScaling1d,
+    BatchQuantStatsScaling2d,
     IntQuant,
     MaxStatsScaling,
     MSESymmetricScale,
@@ -48,6 +50,10 @@ __all__ = [
     "Int8WeightNormL2PerChannelFixedPoint",
     "Int8AccumulatorAwareWeightQuant",
     "Int8AccumulatorAwareZeroCenterWeightQuant",
+    "Int8ActPerTensorFloatBatchQuant1d",
+    "Int8ActPerTensorFloatBatchQuant2d",
+    "Uint8ActPerTensorFloatBatchQuant1d",
+    "Uint8ActPerTensorFloatBatchQuant2d",
 ]
 
 
@@ -211,3 +217,29 @@ class Int8AccumulatorAwareZeroCenterWeightQuant(AccumulatorAwareZeroCenterWeight
     accumulator_bit_width (32 by default)."""
 
     bit_width = 8
+
+
+class Int8ActPerTensorFloatBatchQuant2d(
+    IntQuant, BatchQuantStatsScaling2d, PerTensorFloatScaling8bit, ActQuantSolver
+):
+    """Signed 8-bit activations of shape (N, C, H, W) with scale a * mean over channels of
+    max|x| (BatchQuant, Bai et al. 2021): a learned, the statistic a true average over every
+    batch seen (recompute it on calibration data after training)."""
+
+
+class Uint8ActPerTensorFloatBatchQuant2d(
+    UintQuant, BatchQuantStatsScaling2d, PerTensorFloatScaling8bit, ActQuantSolver
+):
+    """Int8ActPerTensorFloatBatchQuant2d, unsigned."""
+
+
+class Int8ActPerTensorFloatBatchQuant1d(
+    IntQuant, BatchQuantStatsScaling1d, PerTensorFloatScaling8bit, ActQuantSolver
+):
+    """Int8ActPerTensorFloatBatchQuant2d for inputs of shape (N, C, F)."""
+
+
+class Uint8ActPerTensorFloatBatchQuant1d(
+    UintQuant, BatchQuantStatsScaling1d, PerTensorFloatScaling8bit, ActQuantSolver
+):
+    """Int8ActPerTensorFloatBatchQuant1d, unsigned."""

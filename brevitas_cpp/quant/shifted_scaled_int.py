@@ -1,6 +1,8 @@
 """Ready-made unsigned integer quantizers with an integer zero point (asymmetric ranges) and
 floating-point scale factors (Brevitas's brevitas.quant.shifted_scaled_int)."""
 
+from brevitas_cpp.inject.enum import ScalingPerOutputType
+from brevitas_cpp.proxy.groupwise import GroupwiseWeightQuantProxyFromInjector
 from brevitas_cpp.quant.base import (
     MinMaxStatsScaling,
     MSEActZeroPoint,
@@ -25,6 +27,7 @@ __all__ = [
     "ShiftedUint8ActPerTensorFloatMSE",
     "ShiftedUint8WeightPerTensorFloatMSE",
     "ShiftedUint8WeightPerChannelFloatMSE",
+    "ShiftedUint8WeightGroupQuantFloat",
 ]
 
 
@@ -66,6 +69,14 @@ class ShiftedUint8WeightPerChannelFloat(
 ):
     """Unsigned 8-bit weights, scale (max - min) / 255 and zero point from -min, per output
     channel."""
+
+
+class ShiftedUint8WeightGroupQuantFloat(ShiftedUint8WeightPerChannelFloat):
+    """Unsigned 8-bit weights with a float scale and zero point per group of input channels.
+    As in Brevitas it ships without a group size: give one, e.g. .let(group_size=32)."""
+
+    proxy_class = GroupwiseWeightQuantProxyFromInjector
+    scaling_per_output_type = ScalingPerOutputType.GROUP
 
 
 class ShiftedUint8ActPerTensorFloatMSE(

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from brevitas_cpp import jit
+from brevitas_cpp.function import shape
 from brevitas_cpp.function.ops_ste import floor_ste
 
 __all__ = [
@@ -124,7 +125,7 @@ def float_internal_scale(
 def padding_to_multiple(x: Tensor, dim_to_expand: int, dim_multiple: int) -> Tensor:
     """``x`` zero-padded at the end of ``dim_to_expand`` up to a multiple of ``dim_multiple``
     (groupwise quantization splits that dimension in groups of ``dim_multiple``)."""
-    return pad_to_dim(x, dim_to_expand, -(-x.shape[dim_to_expand] // dim_multiple) * dim_multiple)
+    return shape.padding_to_multiple(x, dim_to_expand, dim_multiple)
 
 
 def pad_to_dim(tensor: Tensor, dim_to_expand: int, new_dim: int) -> Tensor:

@@ -21,10 +21,12 @@ from brevitas_cpp.core.function_wrapper.ops_ste import (
     TensorClampSte,
 )
 from brevitas_cpp.core.function_wrapper.shape import (
+    DynamicOverSubChannelBlockView,
     OverBatchOverOutputChannelView,
     OverBatchOverTensorView,
     OverOutputChannelView,
     OverOutputFeaturesView,
+    OverSubChannelBlockView,
     OverTensorView,
     PermuteDims,
     StatsInputViewShapeImpl,
@@ -35,6 +37,7 @@ __all__ = [
     "CeilSte",
     "ClampMin",
     "DPURoundSte",
+    "DynamicOverSubChannelBlockView",
     "FloatClamp",
     "FloorSte",
     "Identity",
@@ -49,6 +52,7 @@ __all__ = [
     "OverBatchOverTensorView",
     "OverOutputChannelView",
     "OverOutputFeaturesView",
+    "OverSubChannelBlockView",
     "OverTensorView",
     "PermuteDims",
     "PowerOfTwo",

@@ -8,7 +8,11 @@ from brevitas_cpp.core.scaling.pre_scaling import (
     AccumulatorAwareZeroCenterParameterPreScaling,
     ParameterPreScalingWeightNorm,
 )
-from brevitas_cpp.core.scaling.runtime import RuntimeStatsScaling, StatsFromParameterScaling
+from brevitas_cpp.core.scaling.runtime import (
+    RuntimeDynamicGroupStatsScaling,
+    RuntimeStatsScaling,
+    StatsFromParameterScaling,
+)
 from brevitas_cpp.core.scaling.standalone import (
     ConstScaling,
     ParameterFromRuntimeStatsScaling,
@@ -34,6 +38,7 @@ __all__ = [
     "ParameterPreScalingWeightNorm",
     "ParameterScaling",
     "PowerOfTwoIntScaling",
+    "RuntimeDynamicGroupStatsScaling",
     "RuntimeStatsScaling",
     "SCALAR_SHAPE",
     "SCALING_STATS_REDUCE_DIM",

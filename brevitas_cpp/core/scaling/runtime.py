@@ -18,6 +18,7 @@ from brevitas_cpp.core._checks import (  # noqa: F401
     check_affine_inits,
     checked_collect_stats_steps,
     checked_finite,
+    checked_group,
     checked_module,
     checked_momentum,
     checked_optional_finite,
@@ -38,7 +39,13 @@ from brevitas_cpp.core.restrict_val import FloatRestrictValue, _ClampValue
 from brevitas_cpp.core.stats import DEFAULT_MOMENTUM, _RuntimeStats
 from brevitas_cpp.core.utils import ParameterWrapper, SkipsIdentities, StatelessBuffer
 
-__all__ = ["RuntimeStatsScaling", "StatsFromParameterScaling", "_AffineRescaling", "_StatsScaling"]
+__all__ = [
+    "RuntimeDynamicGroupStatsScaling",
+    "RuntimeStatsScaling",
+    "StatsFromParameterScaling",
+    "_AffineRescaling",
+    "_StatsScaling",
+]
 
 # ---- blocks ------------------------------------------------------------------------------------------
 
@@ -268,4 +275,50 @@ class RuntimeStatsScaling(jit.ScriptModule):
     @jit.script_method
     def forward(self, x: Tensor, threshold: Optional[Tensor] = None) -> Tensor:
         stats = self.runtime_stats(x)
+        return self.stats_scaling_impl(stats, threshold)
+
+
+class RuntimeDynamicGroupStatsScaling(jit.ScriptModule):
+    """A scale per group of group_size elements along group_dim of the runtime input (MX
+    activations), recomputed on every call in training and eval alike: no running statistics.
+    input_view_impl lays the input out as groups, scaling_stats_impl reduces each group."""
+
+    def __init__(
+        self,
+        group_size: int,
+        group_dim: int,
+        input_view_impl: Module,
+        scaling_stats_impl: Module,
+        scaling_min_val: Optional[float],
+        restrict_scaling_impl: Module = FloatRestrictValue(),
+        restrict_threshold_impl: Optional[Module] = None,
+        restrict_scale_threshold_impl: Optional[Module] = None,
+        is_scale_unsigned: bool = True,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        checked_group(owner, group_size, group_dim)
+        self.group_size = group_size
+        self.group_dim = group_dim
+        self.input_view_impl = checked_module(owner, "input_view_impl", input_view_impl)
+        self.scaling_stats_impl = checked_module(owner, "scaling_stats_impl", scaling_stats_impl)
+        # The statistic becomes a scale as for any statistics scale, without affine rescaling.
+        self.stats_scaling_impl = _StatsScaling(
+            restrict_scaling_impl=restrict_scaling_impl,
+            restrict_threshold_impl=restrict_threshold_impl,
+            restrict_scale_threshold_impl=restrict_scale_threshold_impl,
+            scaling_min_val=scaling_min_val,
+            scaling_shape=(1,),
+            scaling_affine_rescaling_init=None,
+            scaling_affine_shifting_init=None,
+            dtype=dtype,
+            device=device,
+            is_scale_unsigned=is_scale_unsigned,
+        )
+
+    @jit.script_method
+    def forward(self, stats_input: Tensor, threshold: Optional[Tensor] = None) -> Tensor:
+        stats = self.scaling_stats_impl(self.input_view_impl(stats_input))
         return self.stats_scaling_impl(stats, threshold)

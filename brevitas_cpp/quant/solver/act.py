@@ -5,7 +5,9 @@ activation's shape is not known from a layer."""
 from typing import Optional
 
 import torch
+from torch import nn
 
+from brevitas_cpp.core.function_wrapper import Identity, StatsInputViewShapeImpl
 from brevitas_cpp.core.quant import ClampedBinaryQuant
 from brevitas_cpp.core.scaling import (
     SCALAR_SHAPE,
@@ -35,7 +37,7 @@ from brevitas_cpp.quant.solver.common import (
     to_enum,
     unsupported,
 )
-from brevitas_cpp.quant.solver.parameter import SolveInputViewImpl, _SolveScalingInitFromImpl
+from brevitas_cpp.quant.solver.parameter import _SolveScalingInitFromImpl
 
 __all__ = [
     "ConvertRuntimeStatsToParameter",
@@ -47,6 +49,7 @@ __all__ = [
     "SolveActScalingPerOutputChannelShape",
     "SolveUpdateStateDictImplFromEnum",
     "SolveInputViewImpl",
+    "SolveActGroupDimFromModule",
     "ActQuantSolver",
 ]
 
@@ -143,6 +146,35 @@ class SolveUpdateStateDictImplFromEnum(ExtendedInjector):
         return None
 
 
+class SolveInputViewImpl(ExtendedInjector):
+    @value
+    def input_view_impl(scaling_per_output):
+        # Per-group scales quantize the activation viewed as its groups, whatever its shape.
+        if scaling_per_output == ScalingPerOutputType.GROUP:
+            return StatsInputViewShapeImpl.DYNAMIC_OVER_SUBCHANNEL_BLOCK
+        return Identity
+
+
+class SolveActGroupDimFromModule(ExtendedInjector):
+    """The dim an activation's groups run along, from the layer whose input it quantizes: the
+    features of a linear layer (-1), the channels of a batched convolution input (1)."""
+
+    @value
+    def group_dim(__self__, module=None, group_size=None):
+        if group_size is None:
+            return None
+        if isinstance(module, nn.Linear):
+            return -1
+        if isinstance(module, nn.modules.conv._ConvNd):
+            return 1
+        raise QuantizerSolveError(
+            f"{quantizer_name(__self__)}: group_dim of a per-group activation quantizer is "
+            f"inferred only for the input of a linear layer (-1) or a convolution (1, a batched "
+            f"input); it quantizes {type(module).__name__ if module is not None else 'no layer'}, "
+            f"so give it: .let(group_dim=...)"
+        )
+
+
 class ActQuantSolver(
     SolveActTensorQuantFromEnum,
     SolveActScalingImplFromEnum,
@@ -158,6 +190,7 @@ class ActQuantSolver(
     SolveActScalingPerOutputChannelShape,
     SolveUpdateStateDictImplFromEnum,
     SolveInputViewImpl,
+    SolveActGroupDimFromModule,
     SolveScaleSignedness,
 ):
     """Turns enum settings into activation quantization blocks. List it last among a quantizer's

@@ -54,6 +54,8 @@ from brevitas_cpp.inject.injector import ExtendedInjector, value
 __all__ = [
     "QuantizerSolveError",
     "quantizer_name",
+    "group_reduce_dim",
+    "require_group_dim",
     "require_signed",
     "solve_scaled_tensor_quant",
     "to_enum",
@@ -105,6 +107,23 @@ def to_enum(enum_cls: Type[AutoName], setting: Any, attr: str, quantizer: Any = 
 def unsupported(quantizer: Any, attr: str, setting: Any, why: str) -> QuantizerSolveError:
     """Error for a valid enum value that this kind of quantizer can not use."""
     return QuantizerSolveError(f"{quantizer_name(quantizer)}: {attr}={setting!s} {why}")
+
+
+def require_group_dim(group_dim: Any, quantizer: Any) -> int:
+    """The group_dim of a per-group quantizer, or an error saying how to give it."""
+    if group_dim is None:
+        raise QuantizerSolveError(
+            f"{quantizer_name(quantizer)}: scaling_per_output_type=GROUP needs group_size (the "
+            f"elements sharing a scale, e.g. 32) and group_dim (the dimension they run along); "
+            f"group_dim is inferred from the layer, so give group_size, and group_dim where no "
+            f"layer says it (e.g. .let(group_size=32, group_dim=-1))"
+        )
+    if isinstance(group_dim, bool) or not isinstance(group_dim, int):
+        raise QuantizerSolveError(
+            f"{quantizer_name(quantizer)}: group_dim must be an int (a dimension), got "
+            f"{group_dim!r}"
+        )
+    return group_dim
 
 
 def require_signed(quant_type: Any, signed: Any, quantizer: Any) -> None:
@@ -296,15 +315,13 @@ class SolveIntScalingImplFromEnum(ExtendedInjector):
 
 
 def _scaling_per_output(quantizer: Any, setting: Any) -> ScalingPerOutputType:
-    per_output = to_enum(ScalingPerOutputType, setting, "scaling_per_output_type", quantizer)
-    if per_output == ScalingPerOutputType.GROUP:
-        raise unsupported(
-            quantizer,
-            "scaling_per_output_type",
-            per_output,
-            "(per-group scaling) is not supported by brevitas_cpp; accepted: TENSOR, CHANNEL",
-        )
-    return per_output
+    return to_enum(ScalingPerOutputType, setting, "scaling_per_output_type", quantizer)
+
+
+def group_reduce_dim(group_dim: int) -> int:
+    """The dim of the grouped view that holds the elements of a group: right after group_dim
+    (a negative group_dim counts from the end, where the group dim is the last)."""
+    return group_dim + 1 if group_dim >= 0 else group_dim
 
 
 def _is_max_ave(scaling_stats_op: Any, quantizer: Any) -> bool:
@@ -315,16 +332,20 @@ def _is_max_ave(scaling_stats_op: Any, quantizer: Any) -> bool:
 
 class SolveStatsReduceDimFromEnum(ExtendedInjector):
     @value
-    def stats_reduce_dim(scaling_stats_op, scaling_per_output, __self__):
+    def stats_reduce_dim(scaling_stats_op, scaling_per_output, __self__, group_dim=None):
         # MAX_AVE reduces over the channel dim first, so it needs per-channel statistics.
         if scaling_per_output == ScalingPerOutputType.CHANNEL or _is_max_ave(
             scaling_stats_op, __self__
         ):
             return SCALING_STATS_REDUCE_DIM
+        if scaling_per_output == ScalingPerOutputType.GROUP:
+            return group_reduce_dim(require_group_dim(group_dim, __self__))
         return None
 
-    # Only per-group scaling (unsupported here) keeps the reduced dim.
-    keepdim = False
+    # Per-group statistics keep the reduced dim: the scale has 1 in place of the group size.
+    @value
+    def keepdim(scaling_per_output):
+        return scaling_per_output == ScalingPerOutputType.GROUP
 
     # scaling_per_output_channel (bool, the older API) wins over scaling_per_output_type.
     @value
@@ -349,6 +370,8 @@ class SolveScalingStatsInputViewShapeImplFromEnum(ExtendedInjector):
             return StatsInputViewShapeImpl.OVER_OUTPUT_CHANNELS
         if scaling_per_output == ScalingPerOutputType.TENSOR:
             return StatsInputViewShapeImpl.OVER_TENSOR
+        if scaling_per_output == ScalingPerOutputType.GROUP:
+            return StatsInputViewShapeImpl.OVER_SUBCHANNEL_BLOCK
         return None
 
     # The older activation per-channel API names the permutation scaling_stats_permute_dims.

@@ -7,7 +7,12 @@ from typing import List
 import torch
 from torch import Tensor
 
-from brevitas_cpp.core.function_wrapper import Identity, TensorClamp, TensorClampSte
+from brevitas_cpp.core.function_wrapper import (
+    Identity,
+    StatsInputViewShapeImpl,
+    TensorClamp,
+    TensorClampSte,
+)
 from brevitas_cpp.core.scaling import (
     SCALAR_SHAPE,
     ConstScaling,
@@ -20,6 +25,7 @@ from brevitas_cpp.inject.injector import ExtendedInjector, this, value
 from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveAffineRescalingFromEnum,
+    group_reduce_dim,
     quantizer_name,
     to_enum,
 )
@@ -142,13 +148,24 @@ class SolveParameterScalingShape(ExtendedInjector):
         if scaling_per_output == ScalingPerOutputType.CHANNEL:
             # Deferred, so the layer is only consulted for per-channel scales.
             return this.scaling_per_output_channel_shape
+        if scaling_per_output == ScalingPerOutputType.GROUP:
+            return this.groupwise_scaling_shape
         return None
+
+    @value
+    def groupwise_scaling_shape(expanded_groupwise_shape, group_dim):
+        """The grouped weight's shape with 1 in place of the group size: a scale per group."""
+        shape = list(expanded_groupwise_shape)
+        shape[group_reduce_dim(group_dim)] = 1
+        return tuple(shape)
 
 
 class SolveInputViewImpl(ExtendedInjector):
     @value
     def input_view_impl(scaling_per_output):
-        # Only per-group scaling (unsupported here) reshapes the input.
+        # Per-group scales quantize the weight viewed as its groups.
+        if scaling_per_output == ScalingPerOutputType.GROUP:
+            return StatsInputViewShapeImpl.OVER_SUBCHANNEL_BLOCK
         return Identity
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from torch import nn
 
 from brevitas_cpp.core.quant import BinaryQuant
+from brevitas_cpp.function.shape import grouped_shape
 from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
 from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
@@ -26,6 +27,7 @@ from brevitas_cpp.quant.solver.common import (
     SolveStatsReduceDimFromEnum,
     SolveTensorQuantFloatToIntImplFromEnum,
     quantizer_name,
+    require_group_dim,
     solve_scaled_tensor_quant,
 )
 from brevitas_cpp.quant.solver.parameter import (
@@ -39,9 +41,11 @@ from brevitas_cpp.quant.solver.parameter import (
 
 __all__ = [
     "SolveWeightTensorQuantFromEnum",
+    "SolveWeightGroupwiseShapesFromModule",
     "SolveWeightScalingStatsInputDimsFromModule",
     "SolveWeightScalingPerOutputChannelShapeFromModule",
     "WeightQuantSolver",
+    "layer_input_channel_dim",
     "layer_output_channel_dim",
     "layer_output_channels",
 ]
@@ -59,6 +63,21 @@ def layer_output_channel_dim(layer: nn.Module) -> int:
     if dim is not None:
         return dim
     return 1 if isinstance(layer, nn.modules.conv._ConvTransposeNd) else 0
+
+
+def layer_input_channel_dim(layer: nn.Module) -> int:
+    """Dim of a layer's weight that indexes input channels: 0 for transposed convolutions
+    (weight [C_in, C_out / groups, ...]), 1 otherwise."""
+    return 0 if isinstance(layer, nn.modules.conv._ConvTransposeNd) else 1
+
+
+def checked_group_size(group_size: Any, quantizer: Any) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise QuantizerSolveError(
+            f"{quantizer_name(quantizer)}: group_size must be a positive int (the elements "
+            f"sharing a scale, e.g. 32), got {group_size!r}"
+        )
+    return group_size
 
 
 def layer_output_channels(layer: nn.Module) -> int:
@@ -109,6 +128,37 @@ class SolveWeightScalingPerOutputChannelShapeFromModule(ExtendedInjector):
         return tuple(shape)
 
 
+class SolveWeightGroupwiseShapesFromModule(ExtendedInjector):
+    """Per-group scales: the weight is split along group_dim (its input channels) into groups of
+    group_size, padded with zeros to a multiple of it. Resolved only for per-group scaling."""
+
+    @value
+    def group_dim(__self__, module=None, group_size=None):
+        if group_size is None:
+            return None
+        module = require_module(module, __self__, "group_dim")
+        return shared_property(module, layer_input_channel_dim, "group_dim", __self__)
+
+    @value
+    def expanded_groupwise_shape(tracked_parameter_list, group_dim, __self__, group_size=None):
+        group_size = checked_group_size(group_size, __self__)
+        if len(tracked_parameter_list) != 1:
+            raise QuantizerSolveError(
+                f"{quantizer_name(__self__)}: per-group scales can not be shared by "
+                f"{len(tracked_parameter_list)} weights: give each layer its own quantizer"
+            )
+        shape = list(tracked_parameter_list[0].shape)
+        return tuple(grouped_shape(shape, require_group_dim(group_dim, __self__), group_size))
+
+    @value
+    def reshaped_groupwise_shape(expanded_groupwise_shape, group_dim, group_size):
+        """The weight's shape, padded to whole groups."""
+        shape = list(expanded_groupwise_shape)
+        del shape[group_dim + 1]
+        shape[group_dim] = shape[group_dim] * group_size
+        return shape
+
+
 class SolveWeightScalingStatsInputDimsFromModule(ExtendedInjector):
     # Per-channel stats see the weight as [C_out, rest]; shared weights concatenate along rest.
     @value
@@ -117,6 +167,8 @@ class SolveWeightScalingStatsInputDimsFromModule(ExtendedInjector):
             return 0
         if scaling_per_output == ScalingPerOutputType.CHANNEL:
             return 1
+        if scaling_per_output == ScalingPerOutputType.GROUP:
+            return 0  # unused: per-group scales track one weight (sharing is refused)
         return None
 
     # Brings the output channel dim first, for weights that keep it elsewhere.
@@ -138,6 +190,7 @@ class SolveWeightScalingStatsInputDimsFromModule(ExtendedInjector):
 class WeightQuantSolver(
     SolveStatsReduceDimFromEnum,
     SolveWeightScalingStatsInputDimsFromModule,
+    SolveWeightGroupwiseShapesFromModule,
     SolveScalingStatsInputViewShapeImplFromEnum,
     SolveScalingStatsOpFromEnum,
     SolveBitWidthImplFromEnum,

@@ -292,6 +292,18 @@ CASES: List[Dict[str, Any]] = [
         let={"high_percentile_q": 90.0, "collect_stats_steps": 6, "scaling_stats_momentum": None},
         collect=6,
     ),
+    # BatchQuant: a learned multiple of the channels' mean max|x|, averaged over every batch.
+    *(
+        act(
+            f"{sign}ActPerTensorFloatBatchQuant{d}",
+            f"{sign}ActPerTensorFloatBatchQuant{d}",
+            shape,
+            steps=6,
+            collect=0,
+        )
+        for sign in ("Int8", "Uint8")
+        for d, shape in (("1d", (2, 3, 4)), ("2d", CONV_ACT_SHAPE))
+    ),
     # ---- MSE search: stock quantizers (built by their proxy, which the search calls) ------------
     mse_weight("Int8WeightPerTensorFloatMSE", "Int8WeightPerTensorFloatMSE", CONV),
     mse_weight("Int8WeightPerChannelFloatMSE", "Int8WeightPerChannelFloatMSE", CONV),

@@ -31,6 +31,7 @@ from brevitas_cpp.core.stats import (
     PercentileInterval,
 )
 from brevitas_cpp.inject import ExtendedInjector
+from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.quant.solver import QuantizerSolveError
 from brevitas_cpp.quant.solver.common import (
     SolveAffineRescalingFromEnum,
@@ -252,13 +253,16 @@ def test_older_boolean_flag_wins_over_per_output_type():
     assert Stats.let(scaling_per_output_type="Channel").scaling_per_output == "channel"
 
 
-def test_per_group_scaling_is_refused():
-    with pytest.raises(
-        QuantizerSolveError,
-        match=r"Stats: scaling_per_output_type=GROUP "
-        r"\(per-group scaling\) is not supported",
-    ):
-        Stats.let(scaling_per_output_type="group").scaling_per_output
+def test_per_group_scaling_reduces_each_group() -> None:
+    group = Stats.let(scaling_per_output_type="group", scaling_stats_op="max")
+    assert group.scaling_per_output == ScalingPerOutputType.GROUP
+    # The grouped view puts the group's elements right after group_dim (last for -1).
+    assert group.let(group_dim=1).stats_reduce_dim == 2
+    assert group.let(group_dim=-1).stats_reduce_dim == -1
+    assert group.keepdim is True
+    assert Stats.let(scaling_stats_op="max").keepdim is False
+    with pytest.raises(QuantizerSolveError, match=r"Stats: .*GROUP needs group_size .*group_dim"):
+        group.stats_reduce_dim
 
 
 def test_unknown_granularity():

@@ -53,7 +53,13 @@ class _GroupwiseProxy:
                 )
         self.groupwise_size: int = int(quant_injector.group_size)
         self.groupwise_dim: int = int(quant_injector.group_dim)
+        # The size of group_dim once ungrouped: a weight's (it may be handed in grouped, e.g.
+        # by a statistic's search); -1: the input's, for activations.
+        self.ungrouped_size: int = self._ungrouped_size()
         self.cache_class = self.CACHE_CLASS
+
+    def _ungrouped_size(self) -> int:
+        return -1
 
     def quant_tuple(self, x: Tensor) -> QuantTuple:
         """The layout_quant_tuple in x's own shape: what layers compute with."""
@@ -77,7 +83,7 @@ class _GroupwiseProxy:
         value, scale, zero_point, bit_width = grouped
         if scale is None or zero_point is None:
             return value, None, None, None
-        size = x.shape[self.groupwise_dim]
+        size = self.ungrouped_size if self.ungrouped_size >= 0 else x.shape[self.groupwise_dim]
         group_dim, group_size = self.groupwise_dim, self.groupwise_size
         value = ungroup(value, group_dim, group_size, size)
         scale = ungroup(scale, group_dim, group_size, size)
@@ -87,6 +93,9 @@ class _GroupwiseProxy:
 
 
 class _GroupwiseWeightProxy(_GroupwiseProxy):
+    def _ungrouped_size(self) -> int:
+        return int(self.tracked_parameter_list[0].shape[self.groupwise_dim])
+
     def scale_(self) -> Optional[Tensor]:
         """The grouped scale (1 in place of the group size)."""
         return self.retrieve_attribute("scale_")

@@ -41,6 +41,8 @@ from brevitas_cpp.core.stats import (
     AbsMax,
     AbsMaxL2,
     AbsMinMax,
+    HalfQuadraticOptimizerScale,
+    HalfQuadraticOptimizerZeroPoint,
     L1Norm,
     L2Norm,
     NegativeMinOrZero,
@@ -111,6 +113,12 @@ __all__ = [
     "MSEAsymmetricScale",
     "MSEWeightZeroPoint",
     "MSEActZeroPoint",
+    "HQOZeroPoint",
+    "HQOScale",
+    "HQOAsymmetricScale",
+    "HQOSymmetricScale",
+    "HQOActZeroPoint",
+    "HQOWeightZeroPoint",
     "MSEZeroPoint",
     "MSESymmetricScaleSubInjector",
     "MSEAsymmetricScaleSubInjector",
@@ -377,6 +385,64 @@ class MSEActZeroPoint(MSEZeroPoint):
     collect_stats_steps training batches."""
 
     zero_point_impl = ParameterFromRuntimeZeroPoint
+
+
+# ---- scale and zero point from half-quadratic optimization (HQO) ------------------------------
+
+
+class HQOZeroPoint(ExtendedInjector):
+    """Zero point initialised by HQO from -min(x, 0) (core/stats/hqo.py); the block views its
+    input as the zero point's statistics do."""
+
+    hqo_init_op_zp = NegativeMinOrZero
+    inner_stats_input_view_shape_impl = this.zero_point_stats_input_view_shape_impl
+    stats_impl_zp = HalfQuadraticOptimizerZeroPoint
+
+    @value
+    def zero_point_stats_impl():
+        return this.stats_impl_zp
+
+
+class HQOScale(ExtendedInjector):
+    """A learned scale initialised by HQO (core/stats/hqo.py); the block views its input as the
+    scale's statistics do."""
+
+    scaling_impl_type = ScalingImplType.PARAMETER_FROM_STATS
+    inner_stats_input_view_shape_impl = this.scaling_stats_input_view_shape_impl
+    stats_impl_scale = HalfQuadraticOptimizerScale
+
+    @value
+    def scaling_stats_impl():
+        return this.stats_impl_scale
+
+    @value
+    def is_scale_unsigned(hqo_init_op_scale):
+        return _stats_scale_signedness(hqo_init_op_scale)
+
+
+class HQOAsymmetricScale(HQOScale):
+    """HQO scale starting from max(x) - min(x, 0)."""
+
+    hqo_init_op_scale = AbsMinMax
+
+
+class HQOSymmetricScale(HQOScale):
+    """HQO scale starting from max|x|."""
+
+    hqo_init_op_scale = AbsMax
+
+
+class HQOActZeroPoint(HQOZeroPoint):
+    """Learned zero point of an activation, initialised by HQO over the first
+    collect_stats_steps training batches."""
+
+    zero_point_impl = ParameterFromRuntimeZeroPoint
+
+
+class HQOWeightZeroPoint(HQOZeroPoint):
+    """Learned zero point of a weight, initialised by HQO on its first use."""
+
+    zero_point_impl = ParameterFromStatsFromParameterZeroPoint
 
 
 # ---- granularity and restriction of the scale ----------------------------------------------------

@@ -8,6 +8,7 @@ from brevitas_cpp.quant.base import (
     AccumulatorAwareZeroCenterWeightQuant,
     BatchQuantStatsScaling1d,
     BatchQuantStatsScaling2d,
+    HQOSymmetricScale,
     IntQuant,
     MaxStatsScaling,
     MSESymmetricScale,
@@ -54,6 +55,8 @@ __all__ = [
     "Int8ActPerTensorFloatBatchQuant2d",
     "Uint8ActPerTensorFloatBatchQuant1d",
     "Uint8ActPerTensorFloatBatchQuant2d",
+    "Int8WeightPerTensorFloatHQO",
+    "Int8WeightPerChannelFloatHQO",
 ]
 
 
@@ -243,3 +246,12 @@ class Uint8ActPerTensorFloatBatchQuant1d(
     UintQuant, BatchQuantStatsScaling1d, PerTensorFloatScaling8bit, ActQuantSolver
 ):
     """Int8ActPerTensorFloatBatchQuant1d, unsigned."""
+
+
+class Int8WeightPerTensorFloatHQO(HQOSymmetricScale, Int8WeightPerTensorFloat):
+    """Int8WeightPerTensorFloat with a learned scale initialised by HQO from max|w|."""
+
+
+class Int8WeightPerChannelFloatHQO(HQOSymmetricScale, Int8WeightPerChannelFloat):
+    """Int8WeightPerChannelFloat with learned scales initialised by HQO from max|w| per
+    channel."""

@@ -4,6 +4,8 @@ floating-point scale factors (Brevitas's brevitas.quant.shifted_scaled_int)."""
 from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.proxy.groupwise import GroupwiseWeightQuantProxyFromInjector
 from brevitas_cpp.quant.base import (
+    HQOActZeroPoint,
+    HQOWeightZeroPoint,
     MinMaxStatsScaling,
     MSEActZeroPoint,
     MSEAsymmetricScale,
@@ -28,6 +30,10 @@ __all__ = [
     "ShiftedUint8WeightPerTensorFloatMSE",
     "ShiftedUint8WeightPerChannelFloatMSE",
     "ShiftedUint8WeightGroupQuantFloat",
+    "ShiftedUint8WeightPerTensorFloatHQO",
+    "ShiftedUint8WeightPerChannelFloatHQO",
+    "ShiftedUint8WeightPerGroupFloatHQO",
+    "ShiftedUint8ActPerTensorFloatHQO",
 ]
 
 
@@ -98,3 +104,33 @@ class ShiftedUint8WeightPerChannelFloatMSE(
 ):
     """Unsigned 8-bit weights with a learned float scale and a learned integer zero point per
     output channel, initialised by MSE searches on first use."""
+
+
+class ShiftedUint8WeightPerTensorFloatHQO(HQOWeightZeroPoint, ShiftedUint8WeightPerTensorFloat):
+    """ShiftedUint8WeightPerTensorFloat with a learned, unrounded zero point initialised by
+    HQO."""
+
+    quantize_zero_point = False
+
+
+class ShiftedUint8WeightPerChannelFloatHQO(HQOWeightZeroPoint, ShiftedUint8WeightPerChannelFloat):
+    """ShiftedUint8WeightPerChannelFloat with learned, unrounded zero points initialised by HQO
+    per channel."""
+
+    quantize_zero_point = False
+
+
+class ShiftedUint8WeightPerGroupFloatHQO(ShiftedUint8WeightPerChannelFloatHQO):
+    """ShiftedUint8WeightPerChannelFloatHQO with a scale and zero point per group of 32 input
+    channels."""
+
+    group_size = 32
+    scaling_per_output_type = ScalingPerOutputType.GROUP
+    proxy_class = GroupwiseWeightQuantProxyFromInjector
+
+
+class ShiftedUint8ActPerTensorFloatHQO(HQOActZeroPoint, ShiftedUint8ActPerTensorFloat):
+    """ShiftedUint8ActPerTensorFloat with a learned, unrounded zero point initialised by HQO over
+    the first collect_stats_steps training batches."""
+
+    quantize_zero_point = False

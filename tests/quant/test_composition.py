@@ -102,7 +102,8 @@ def build(name):
     q = getattr(quant_pkg, name)
     torch.manual_seed(0)
     layer = nn.Conv2d(3, 4, 3)
-    if name.endswith("MSE"):  # an MSE search calls the proxy that owns it: built by its proxy
+    # An MSE or HQO search calls the proxy that owns it: built by its proxy.
+    if name.endswith(("MSE", "HQO")):
         if "Weight" in name:
             tq = q.proxy_class(layer, q).tensor_quant
             return tq, lambda: tq(layer.weight.detach().clone())
@@ -170,6 +171,12 @@ def test_quantizer_lists_match_brevitas_names():
         "Int8ActPerTensorFloatBatchQuant2d",
         "Uint8ActPerTensorFloatBatchQuant1d",
         "Uint8ActPerTensorFloatBatchQuant2d",
+        "Int8WeightPerTensorFloatHQO",
+        "Int8WeightPerChannelFloatHQO",
+        "ShiftedUint8WeightPerTensorFloatHQO",
+        "ShiftedUint8WeightPerChannelFloatHQO",
+        "ShiftedUint8WeightPerGroupFloatHQO",
+        "ShiftedUint8ActPerTensorFloatHQO",
         "ShiftedUint8ActPerTensorFloat",
         "Int8WeightPerTensorFixedPoint",
         "Int8WeightPerChannelFixedPoint",

@@ -3,6 +3,7 @@ accumulate them, and the views of tracked parameters they read from."""
 
 from brevitas_cpp.inject.enum import StatsOp
 
+from .hqo import HalfQuadraticOptimizerScale, HalfQuadraticOptimizerZeroPoint
 from .mse import MSE
 from .stats_op import (
     AbsAve,
@@ -34,6 +35,8 @@ __all__ = [
     "AbsMinMax",
     "AbsPercentile",
     "DEFAULT_MOMENTUM",
+    "HalfQuadraticOptimizerScale",
+    "HalfQuadraticOptimizerZeroPoint",
     "L1Norm",
     "L2Norm",
     "MSE",

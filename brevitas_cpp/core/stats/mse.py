@@ -11,7 +11,7 @@ points return the statistic without initialising themselves or their running ave
 
 The block holds a reference to the proxy, so it is a plain ``nn.Module`` (as Brevitas's) with its
 Python state in an ``_MSESearch``. With ``BREVITAS_JIT=1`` the script blocks around it compile it;
-its compiled forward then calls the search back in Python (``_mse_forward_in_python``), so such a
+its compiled forward then calls the search back in Python (``_search_forward_in_python``), so such a
 model runs but can not be saved with ``torch.jit.save``. Under ``torch.jit.script`` of a layer
 (``BREVITAS_JIT=0``) the compiled forward raises instead: run the search eagerly first (one
 forward of the layer, in training mode for activations, for as many steps as the quantizer
@@ -226,27 +226,28 @@ class _MSESearch:
         return self.internal_candidate
 
 
-# Compiled MSE blocks find their search by key (a compiled call into Python gets no Python self).
-_SEARCHES: "weakref.WeakValueDictionary[int, _MSESearch]" = weakref.WeakValueDictionary()
+# Compiled search blocks find their search by key (a compiled call into Python gets no self).
+_SEARCHES: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 _SEARCH_KEYS = itertools.count()
 
 
 @torch.jit.ignore
-def _mse_forward_in_python(search_key: int, x: Tensor, local_loss_mode: bool) -> Tensor:
-    """The forward of a compiled MSE block (BREVITAS_JIT=1), run in Python."""
+def _search_forward_in_python(search_key: int, x: Tensor, local_loss_mode: bool) -> Tensor:
+    """The forward of a compiled search block (BREVITAS_JIT=1), run in Python."""
     search = _SEARCHES.get(search_key)
     if search is None:
         raise RuntimeError(
-            "MSE: the search state of this block is gone (a TorchScript module loaded from a "
-            "file can not run the MSE search); run the search before scripting"
+            "the search state of this MSE/HQO block is gone (a TorchScript module loaded from a "
+            "file can not run the search); run the search before scripting"
         )
     return search.forward(x, local_loss_mode)
 
 
-class MSE(nn.Module):
-    """The statistic (of the shape mse_init_op gives) that minimises the squared error of the
-    quantizer's output; see the module docstring. In local-loss mode (set by another block's
-    search) it returns its current candidate instead of searching."""
+class ProxySearchStats(nn.Module):
+    """Base of the statistics found by a search that calls the quant proxy owning the block
+    (MSE, HQO): the Python search object (``forward(x, local_loss_mode)`` and
+    ``internal_candidate``), local-loss mode, and the compiled forward (see the module
+    docstring)."""
 
     # Compiled in only with BREVITAS_JIT=1, where the script blocks around this one need a
     # compiled forward that calls the search back in Python.
@@ -254,6 +255,36 @@ class MSE(nn.Module):
     # Python state, carried over to a TorchScript wrapper of this block (which keeps it alive).
     __jit_ignored_attributes__ = ["_search"]
     __jit_unused_properties__ = ["internal_candidate"]
+
+    def _hold_search(self, search: Any) -> None:
+        self.local_loss_mode: bool = False
+        self.search_from_script = config.JIT_ENABLED
+        self._search = search
+        self.search_key = next(_SEARCH_KEYS)
+        _SEARCHES[self.search_key] = search
+
+    @property
+    def internal_candidate(self) -> Optional[Tensor]:
+        """The current candidate (the last search's result once a search has run)."""
+        return self._search.internal_candidate
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():
+            if self.search_from_script:
+                return _search_forward_in_python(self.search_key, x, self.local_loss_mode)
+            raise RuntimeError(
+                "an MSE or HQO search calls the quant proxy in Python and can not run in a "
+                "torch.jit.script'ed model; run the layer eagerly until its quantizer is "
+                "initialised (one forward for weights, collect_stats_steps training steps for "
+                "activations), then script it"
+            )
+        return self._search.forward(x, self.local_loss_mode)
+
+
+class MSE(ProxySearchStats):
+    """The statistic (of the shape mse_init_op gives) that minimises the squared error of the
+    quantizer's output; see the module docstring. In local-loss mode (set by another block's
+    search) it returns its current candidate instead of searching."""
 
     def __init__(
         self,
@@ -273,32 +304,13 @@ class MSE(nn.Module):
         self.input_view_shape_impl = checked_module(
             owner, "inner_stats_input_view_shape_impl", inner_stats_input_view_shape_impl
         )
-        self.local_loss_mode: bool = False
-        self.search_from_script = config.JIT_ENABLED
-        self._search = _MSESearch(
-            _checked_proxy(owner, proxy_module),
-            self.mse_init_op,
-            self.input_view_shape_impl,
-            self.stats_reduce_dim,
-            self.search_method,
-            self.num,
-        )
-        self.search_key = next(_SEARCH_KEYS)
-        _SEARCHES[self.search_key] = self._search
-
-    @property
-    def internal_candidate(self) -> Optional[Tensor]:
-        """The current candidate (the last search's result once a search has run)."""
-        return self._search.internal_candidate
-
-    def forward(self, x: Tensor) -> Tensor:
-        if torch.jit.is_scripting():
-            if self.search_from_script:
-                return _mse_forward_in_python(self.search_key, x, self.local_loss_mode)
-            raise RuntimeError(
-                "MSE: the search calls the quant proxy in Python and can not run in a "
-                "torch.jit.script'ed model; run the layer eagerly until its quantizer is "
-                "initialised (one forward for weights, collect_stats_steps training steps for "
-                "activations), then script it"
+        self._hold_search(
+            _MSESearch(
+                _checked_proxy(owner, proxy_module),
+                self.mse_init_op,
+                self.input_view_shape_impl,
+                self.stats_reduce_dim,
+                self.search_method,
+                self.num,
             )
-        return self._search.forward(x, self.local_loss_mode)
+        )

@@ -312,7 +312,7 @@ def test_torch_jit_script_after_calibration_matches_eager_and_saves():
     assert torch.equal(scripted(x), eager(x))
     if config.JIT_ENABLED:
         # The compiled MSE blocks call the search back in Python: not exportable.
-        with pytest.raises(RuntimeError, match="_mse_forward_in_python"):
+        with pytest.raises(RuntimeError, match="_search_forward_in_python"):
             torch.jit.save(scripted, io.BytesIO())
     else:
         buffer = io.BytesIO()

@@ -9,9 +9,10 @@ Run by hand, from anywhere, in the environment scripts/make_brevitas_env.sh buil
 It writes brevitas_0_12_groupwise.pt next to this file; the test reads it with plain torch and
 never imports brevitas.
 
-The cases: every quantizer class of brevitas.quant.experimental.mx_quant_ocp, and
+The cases: every quantizer class of brevitas.quant.experimental.mx_quant_ocp,
 ShiftedUint8WeightGroupQuantFloat (which ships without a group size: recorded with
-let(group_size=16)), driven through layers as users drive them:
+let(group_size=16)) and ShiftedUint8WeightPerGroupFloatHQO (a zero point per group of 32 found by
+half-quadratic optimization), driven through layers as users drive them:
   - a weight quantizer in QuantLinear(40, 3) (40 input features: one whole group of 32 and one
     padded group), in QuantConv2d(64, 4, 3) (two whole groups) and, for the integer ones, in
     QuantConvTranspose2d(40, 4, 3) (groups along the weight's dim 0);
@@ -64,6 +65,7 @@ WEIGHT_QUANTS = [
     ("mx_quant_ocp", "ShiftedMXUInt8WeightMSE", {}),
     ("mx_quant_ocp", "MXFloat8e4m3WeightMSE", {}),
     ("shifted_scaled_int", "ShiftedUint8WeightGroupQuantFloat", {"group_size": 16}),
+    ("shifted_scaled_int", "ShiftedUint8WeightPerGroupFloatHQO", {}),
 ]
 ACT_QUANTS = [("mx_quant_ocp", "MXInt8Act", {}), ("mx_quant_ocp", "MXFloat8e4m3Act", {})]
 MODULES = {"mx_quant_ocp": bmx, "shifted_scaled_int": bshifted}

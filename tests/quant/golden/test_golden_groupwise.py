@@ -45,7 +45,7 @@ KERNEL_ULPS = 64
 
 def test_golden_file_is_from_brevitas_0_12() -> None:
     assert GOLDEN["brevitas_version"].startswith("0.12")
-    assert len(CASES) == 42
+    assert len(CASES) == 46
     assert sorted(GOLDEN["brevitas_failures"]) == sorted(
         f"ShiftedMXUInt8WeightMSE_{layer}{suffix}"
         for layer in ("QuantLinear", "QuantConv2d", "QuantConvTranspose2d")

@@ -16,6 +16,14 @@ from brevitas_cpp.proxy.float_runtime_quant import (
     ActFloatQuantProxyFromInjectorBase,
     DynamicActFloatQuantProxyFromInjector,
 )
+from brevitas_cpp.proxy.groupwise_float_parameter_quant import (
+    GroupwiseWeightFloatQuantProxyFromInjector,
+)
+from brevitas_cpp.proxy.groupwise_float_runtime_quant import (
+    GroupwiseActFloatQuantProxyFromInjector,
+)
+from brevitas_cpp.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
+from brevitas_cpp.proxy.groupwise_int_runtime_quant import GroupwiseActQuantProxyFromInjector
 from brevitas_cpp.proxy.parameter_quant import (
     BiasQuantProxyFromInjector,
     BiasQuantProxyFromInjectorBase,
@@ -53,6 +61,10 @@ __all__ = [
     "DecoupledWeightQuantWithInputProxyFromInjector",
     "DynamicActQuantProxyFromInjector",
     "FusedActivationQuantProxy",
+    "GroupwiseActFloatQuantProxyFromInjector",
+    "GroupwiseActQuantProxyFromInjector",
+    "GroupwiseWeightFloatQuantProxyFromInjector",
+    "GroupwiseWeightQuantProxyFromInjector",
     "ParameterQuantProxyFromInjector",
     "QuantProxyFromInjector",
     "QuantProxyProtocol",

@@ -1,37 +1,25 @@
-"""Proxies of per-group quantizers (MX and groupwise; Brevitas's brevitas.proxy.groupwise_*).
+"""Proxies of per-group quantizers (MX and groupwise), what the four of them share: the group
+layout read from the quantizer, and ``quant_tuple``, which gives the quantizer's output back in
+the tensor's own shape.
 
 The quantizer works on the tensor viewed as its groups (padded along group_dim to whole groups):
 its value, scale and zero point have that grouped layout. ``forward`` wraps them in a
 GroupwiseIntQuantTensor or GroupwiseFloatQuantTensor; ``quant_tuple``, what the layers compute
-with, gives them back in the tensor's own shape (merged, scale expanded over each group, padding
-dropped), so a layer's float op runs on the weight or input it expects.
+with, merges them back (scale expanded over each group, padding dropped), so a layer's float op
+runs on the weight or input it expects. The proxies themselves live in Brevitas's modules
+(groupwise_int_parameter_quant, groupwise_float_parameter_quant, groupwise_int_runtime_quant,
+groupwise_float_runtime_quant).
 """
 
-from typing import Any, Optional, Tuple, Union
+from typing import Optional
 
 from torch import Tensor, nn
 
 from brevitas_cpp.function.shape import ungroup
-from brevitas_cpp.proxy.float_parameter_quant import WeightFloatQuantProxyFromInjector
-from brevitas_cpp.proxy.float_runtime_quant import ActFloatQuantProxyFromInjector
-from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
-from brevitas_cpp.proxy.runtime_quant import ActQuantProxyFromInjector
 from brevitas_cpp.proxy.script import QuantTuple
-from brevitas_cpp.proxy.utils import _CachedIOGroupwiseFloat, _CachedIOGroupwiseInt
-from brevitas_cpp.quant_tensor import (
-    GroupwiseFloatQuantTensor,
-    GroupwiseIntQuantTensor,
-    GroupwiseQuantTensor,
-    QuantTensor,
-)
-from brevitas_cpp.quant_tensor.groupwise_quant_tensor import regroup_like
+from brevitas_cpp.proxy.utils import _CachedIOGroupwiseInt
 
-__all__ = [
-    "GroupwiseActFloatQuantProxyFromInjector",
-    "GroupwiseActQuantProxyFromInjector",
-    "GroupwiseWeightFloatQuantProxyFromInjector",
-    "GroupwiseWeightQuantProxyFromInjector",
-]
+__all__: list = []
 
 
 class _GroupwiseProxy:
@@ -102,104 +90,3 @@ class _GroupwiseWeightProxy(_GroupwiseProxy):
 
     def zero_point_(self) -> Optional[Tensor]:
         return self.retrieve_attribute("zero_point_")
-
-
-class GroupwiseWeightQuantProxyFromInjector(_GroupwiseWeightProxy, WeightQuantProxyFromInjector):
-    """Integer weights with a scale per group of input channels; forward returns a
-    GroupwiseIntQuantTensor."""
-
-    def quantizer_output(self, x: Tensor) -> Tuple[Any, ...]:
-        return self.layout_quant_tuple(x)
-
-    def create_quant_tensor(self, qt_args: Tuple[Any, ...]) -> GroupwiseIntQuantTensor:
-        value, scale, zero_point, bit_width = qt_args
-        return GroupwiseIntQuantTensor(
-            value,
-            scale,
-            zero_point,
-            self.groupwise_size,
-            self.groupwise_dim,
-            bit_width,
-            self.is_signed,
-            self.training,
-            tuple(self.tracked_parameter_list[0].shape),
-        )
-
-
-class GroupwiseWeightFloatQuantProxyFromInjector(
-    _GroupwiseWeightProxy, WeightFloatQuantProxyFromInjector
-):
-    """Minifloat weights with a scale per group of input channels (MX FP8); forward returns a
-    GroupwiseFloatQuantTensor."""
-
-    CACHE_CLASS = _CachedIOGroupwiseFloat
-
-    def create_quant_tensor(self, qt_args: Tuple[Any, ...]) -> GroupwiseFloatQuantTensor:
-        value, scale, zero_point, *fmt = qt_args
-        return GroupwiseFloatQuantTensor(
-            value,
-            scale,
-            zero_point,
-            self.groupwise_size,
-            self.groupwise_dim,
-            *fmt,
-            self.is_signed,
-            self.training,
-            tuple(self.tracked_parameter_list[0].shape),
-        )
-
-
-class GroupwiseActQuantProxyFromInjector(_GroupwiseProxy, ActQuantProxyFromInjector):
-    """Integer activations with a scale per group along group_dim, computed from each input
-    (MX INT8); forward returns a GroupwiseIntQuantTensor."""
-
-    def quantizer_output(self, x: Tensor) -> Tuple[Any, ...]:
-        return self.layout_quant_tuple(x)
-
-    def create_quant_tensor(
-        self, qt_args: Union[Tensor, Tuple[Any, ...]], x: Union[Tensor, QuantTensor]
-    ) -> QuantTensor:
-        if isinstance(qt_args, tuple):
-            value, scale, zero_point, bit_width = qt_args
-            return GroupwiseIntQuantTensor(
-                value,
-                scale,
-                zero_point,
-                self.groupwise_size,
-                self.groupwise_dim,
-                bit_width,
-                self.is_signed,
-                self.training,
-                tuple(x.shape),
-            )
-        # A passthrough activation keeps the input's quantization.
-        if isinstance(x, GroupwiseQuantTensor):
-            return regroup_like(x, qt_args, self.training)
-        return super().create_quant_tensor(qt_args, x)
-
-
-class GroupwiseActFloatQuantProxyFromInjector(_GroupwiseProxy, ActFloatQuantProxyFromInjector):
-    """Minifloat activations with a scale per group along group_dim, computed from each input
-    (MX FP8); forward returns a GroupwiseFloatQuantTensor."""
-
-    CACHE_CLASS = _CachedIOGroupwiseFloat
-
-    def create_quant_tensor(
-        self, qt_args: Union[Tensor, Tuple[Any, ...]], x: Union[Tensor, QuantTensor]
-    ) -> QuantTensor:
-        if isinstance(qt_args, tuple):
-            value, scale, zero_point, *fmt = qt_args
-            return GroupwiseFloatQuantTensor(
-                value,
-                scale,
-                zero_point,
-                self.groupwise_size,
-                self.groupwise_dim,
-                *fmt,
-                self.is_signed,
-                self.training,
-                tuple(x.shape),
-            )
-        if isinstance(x, GroupwiseQuantTensor):
-            return regroup_like(x, qt_args, self.training)
-        return super().create_quant_tensor(qt_args, x)

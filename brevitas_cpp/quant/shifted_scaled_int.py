@@ -2,7 +2,7 @@
 floating-point scale factors (Brevitas's brevitas.quant.shifted_scaled_int)."""
 
 from brevitas_cpp.inject.enum import ScalingPerOutputType
-from brevitas_cpp.proxy.groupwise import GroupwiseWeightQuantProxyFromInjector
+from brevitas_cpp.proxy import GroupwiseWeightQuantProxyFromInjector
 from brevitas_cpp.quant.base import (
     HQOActZeroPoint,
     HQOWeightZeroPoint,

@@ -14,7 +14,7 @@ from brevitas_cpp.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas_cpp.core.scaling import RuntimeDynamicGroupStatsScaling
 from brevitas_cpp.inject.enum import RestrictValueType, ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, this, value
-from brevitas_cpp.proxy.groupwise import (
+from brevitas_cpp.proxy import (
     GroupwiseActFloatQuantProxyFromInjector,
     GroupwiseActQuantProxyFromInjector,
     GroupwiseWeightFloatQuantProxyFromInjector,

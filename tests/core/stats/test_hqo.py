@@ -112,3 +112,25 @@ def test_block_needs_its_proxy() -> None:
             int_scaling_impl=torch.nn.Identity(),
             bit_width_impl=torch.nn.Identity(),
         )
+
+
+def test_script_and_compile_after_the_search_match_eager() -> None:
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(
+        qnn.QuantLinear(16, 8, weight_quant=quant.Int8WeightPerChannelFloatHQO),
+        qnn.QuantReLU(),
+        qnn.QuantLinear(
+            8,
+            4,
+            weight_quant=quant.ShiftedUint8WeightPerTensorFloatHQO,
+            input_quant=quant.ShiftedUint8ActPerTensorFloatHQO.let(collect_stats_steps=2),
+        ),
+    )
+    model.train()
+    for _ in range(3):  # the weight searches, then the activation's warm-up and its search
+        model(torch.randn(5, 16)).sum().backward()
+    x = torch.randn(5, 16)
+    model.eval()
+    want = model(x)
+    assert torch.equal(torch.jit.script(model)(x), want)
+    assert torch.equal(torch.compile(model, backend="eager")(x), want)

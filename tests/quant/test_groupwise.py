@@ -66,7 +66,7 @@ def test_mx_int8_weight_scale_and_values_per_group() -> None:
     assert isinstance(qt, GroupwiseIntQuantTensor)
     amax = groups(w, 1).abs().amax(-1, keepdim=True)
     # Brevitas 0.12's MX INT8 scale: the group's binade over 2^7 (the OCP spec's INT8 element
-    # has 6 fraction bits, 2^(floor(log2 amax) - 6)); values above 127 units saturate.
+    # has 6 fraction bits, 2^(floor(log2 amax) - 6)): the top binade saturates at 127.
     scale = 2.0 ** (torch.floor(torch.log2(amax)) - 7)
     assert torch.equal(qt.scale_, scale)
     ints = torch.clamp(torch.round(groups(w, 1) / scale), -128, 127)

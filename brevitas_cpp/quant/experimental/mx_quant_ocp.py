@@ -3,10 +3,13 @@ elements in groups of 32 along the input channels (weights) or the reduced dimen
 (activations: the features of a linear layer's input, the channels of a convolution's), each
 group sharing a power-of-two scale, with INT8 or FP8 E4M3 elements.
 
-The shared scale is 2^floor(log2(max |x| of the group / the element format's largest value)):
-restrict_value_float_to_int_impl = FloorSte rounds the log2 down, so the group's largest value
-never overflows the elements' range by more than the clamp absorbs. Activations recompute the
-scale from every input (RuntimeDynamicGroupStatsScaling), training and eval alike.
+The shared scale is 2^floor(log2 max|x| of the group) / 2^floor(log2 threshold), the threshold
+being the element format's largest value, both restricted to powers of two by rounding the log2
+down (restrict_value_float_to_int_impl = FloorSte): 2^8 for FP8 E4M3 (448), the OCP shared
+exponent; 2^7 for INT8 (Brevitas's PowerOfTwoIntScaling, 2^(bit_width - 1)), one more than the
+OCP specification's 2^6, so that values from 127/128 of the group's largest power of two up
+saturate at 127 (kept: the numbers are Brevitas's). Activations recompute the scale from every
+input (RuntimeDynamicGroupStatsScaling), training and eval alike.
 """
 
 from brevitas_cpp.core.function_wrapper import FloorSte, StatsInputViewShapeImpl

@@ -138,6 +138,12 @@ EXPECTED = {
     "MSESymmetricScaleSubInjector": dict(mse_search_method="grid"),
     "MSEAsymmetricScaleSubInjector": dict(mse_search_method="grid"),
     "MSEZeroPointSubInjector": dict(mse_search_method="grid"),
+    "HQOScale": dict(scaling_impl_type="PARAMETER_FROM_STATS"),
+    "HQOSymmetricScale": dict(scaling_impl_type="PARAMETER_FROM_STATS"),
+    "HQOAsymmetricScale": dict(scaling_impl_type="PARAMETER_FROM_STATS"),
+    "HQOZeroPoint": dict(),
+    "HQOWeightZeroPoint": dict(),
+    "HQOActZeroPoint": dict(),
 }
 
 

@@ -39,7 +39,9 @@ const std::vector<std::string>& all_ops() {
                                             "quantization_int8",
                                             "_quantization_int8_backward",
                                             "float_quant",
-                                            "_float_quant_backward"};
+                                            "_float_quant_backward",
+                                            "abs_max_int_quant",
+                                            "_abs_max_int_quant_backward"};
   return ops;
 }
 

@@ -11,9 +11,13 @@ brevitas_cpp.quant under the same names. Each model starts from Brevitas's initi
   (ATen, oneDNN, the CPU), whose last bits differ between CPUs and torch versions, so values are
   equal within KERNEL_ULPS ulps of the tensor's largest magnitude, and a quantized value may be
   one quantization step off in at most 1 % of the elements (a last bit that crossed a rounding
-  boundary). The bit-exact check of what this library computes is tests/quant/golden: every
-  quantizer fed Brevitas's recorded inputs. Every case also runs under foreign_kernels.py, which
-  moves every convolution and product result by up to an ulp, as another CPU would;
+  boundary); an unquantized model output may also be one flipped operand of its last layer away
+  (one input element or Int32Bias element a step off, as a moved runtime statistic makes it; that
+  step's gradients and SGD results are then left out). The rules live in precision.py, shared
+  with the recurrent and attention replays. The bit-exact check of what this library computes is
+  tests/quant/golden: every quantizer fed Brevitas's recorded inputs. Every case also runs under
+  foreign_kernels.py, which moves every inexact convolution and product result by up to an ulp,
+  as another CPU would;
 - gradients to the input and to every parameter: in float32 within rtol 1e-6 plus the step's
   summation bound (the quantizer-level golden bound eps32 * sum|g| * max(1, max|value / scale|),
   summed over the step's quantizer calls: the fused ops reduce scale and bit-width gradients in
@@ -36,7 +40,6 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from brevitas_cpp import config
 
@@ -53,28 +56,17 @@ def _load_sibling(module_name: str, file_name: str):
 
 
 gm = _load_sibling("nn_golden_models", "golden_models.py")
-fk = _load_sibling("nn_golden_foreign_kernels", "foreign_kernels.py")
+# The comparison at kernel precision (KERNEL_ULPS, assert_at_kernel_precision) and the
+# float_kernels fixture, shared with the recurrent and attention replays.
+pr = _load_sibling("nn_golden_precision", "precision.py")
 
 SEED = GOLDEN["seed"]
 GRAD_RTOL = 1e-6
-# Model-level values are compared at the precision the float kernels define (see
-# assert_at_kernel_precision); 64 ulps of a tensor's largest magnitude bound the summation-order
-# differences of these small convolutions and products with a wide margin.
-KERNEL_ULPS = 64
 CASES = [(dtype, name) for dtype in ("float32", "float64") for name in GOLDEN[dtype]]
 CASE_IDS = [f"{dtype}-{name}" for dtype, name in CASES]
 
-
-@pytest.fixture(params=["native", "foreign"])
-def float_kernels(request):
-    """native: this machine's float kernels. foreign: every convolution and matrix-product
-    result (forward and backward) moved by up to an ulp (foreign_kernels.py), standing in for
-    another CPU or torch version, under which the same comparisons must hold."""
-    if request.param == "native":
-        yield
-        return
-    with fk.ForeignFloatKernels(seed=SEED):
-        yield
+# Every replay runs on this machine's float kernels and under foreign_kernels.py (another CPU's).
+float_kernels = pr.float_kernels_fixture(SEED)
 
 
 @pytest.fixture(autouse=True)
@@ -135,11 +127,24 @@ def unpack(out: Any) -> Dict[str, Any]:
     return {"value": out}
 
 
-def eval_outputs(model: torch.nn.Module, inputs: List[torch.Tensor]) -> List[Dict[str, Any]]:
+def output_layer(model: torch.nn.Module) -> "pr.LayerOperands":
+    """The quantized operands of the layer that computes the model's output, its last layer with
+    a weight quantizer in every model of golden_models.py (for an output without a scale)."""
+    layer = [m for m in model.modules() if hasattr(m, "weight_quant")][-1]
+    return pr.LayerOperands(layer, channel_dim=-1 if layer.weight.dim() == 2 else 1)
+
+
+Evaluated = List[Tuple[Dict[str, Any], "pr.LayerOperands"]]
+
+
+def eval_outputs(
+    model: torch.nn.Module, inputs: List[torch.Tensor], layer: "pr.LayerOperands"
+) -> Evaluated:
+    """The eval output for each input, with the output layer's operands of that call."""
     model.eval()
     try:
         with torch.no_grad():
-            return [unpack(model(x)) for x in inputs]
+            return [(unpack(model(x)), layer.snapshot()) for x in inputs]
     finally:
         model.train()
 
@@ -153,7 +158,7 @@ def assert_exact(
     if expected is None:
         assert actual is None, f"{what}: got a tensor, want None"
         return
-    _check_like(actual, expected, what)
+    pr.check_like(actual, expected, what)
     a = actual.detach()
     if not torch.equal(a, expected):
         bad = (a != expected).nonzero()
@@ -164,102 +169,31 @@ def assert_exact(
         )
 
 
-def _check_like(actual: Any, expected: torch.Tensor, what: str) -> None:
-    assert isinstance(actual, torch.Tensor), f"{what}: got {actual!r}, want a tensor"
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, want {expected.dtype}"
-    assert actual.shape == expected.shape, (
-        f"{what}: shape {tuple(actual.shape)}, want {tuple(expected.shape)}"
-    )
-
-
-def _kernel_tolerance(expected: torch.Tensor) -> float:
-    """KERNEL_ULPS ulps of the tensor's largest magnitude (0 for integer tensors)."""
-    eps = torch.finfo(expected.dtype).eps if expected.is_floating_point() else 0.0
-    return KERNEL_ULPS * eps * float(expected.abs().max())
-
-
-def assert_at_kernel_precision(
-    actual: Optional[torch.Tensor],
-    expected: Optional[torch.Tensor],
-    what: str,
-    step: Optional[torch.Tensor] = None,
-) -> None:
-    """Equal up to what the float kernels (convolution, matrix products) define: within
-    KERNEL_ULPS ulps of the tensor's largest magnitude (norm-wise, as a summation-order difference
-    is bounded). A quantized value (`step`: its scale) may also land one quantization step away
-    where a kernel's last bit moved its input across a rounding boundary, in at most
-    max(1, 1 %) of the elements."""
-    if expected is None:
-        assert actual is None, f"{what}: got a tensor, want None"
-        return
-    _check_like(actual, expected, what)
-    a = actual.detach()
-    if torch.equal(a, expected):
-        return
-    tol = _kernel_tolerance(expected)
-    diff = (a - expected).abs()
-    off = diff > tol
-    if step is None:
-        assert not off.any(), (
-            f"{what}: {int(off.sum())} of {expected.numel()} elements differ by "
-            f"more than {KERNEL_ULPS} ulps of max|want| ({tol:.3g}); largest "
-            f"{float(diff.max()):.3g}"
-        )
-        return
-    step_slack = 1 + KERNEL_ULPS * torch.finfo(expected.dtype).eps
-    one_step = step.detach().expand_as(expected) * step_slack + tol
-    assert bool((diff <= one_step).all()), (
-        f"{what}: an element is more than one quantization step off"
-    )
-    allowed = max(1, expected.numel() // 100)
-    assert int(off.sum()) <= allowed, (
-        f"{what}: {int(off.sum())} of {expected.numel()} elements a "
-        f"quantization step off (at most {allowed} allowed)"
-    )
-
-
-def assert_near(
-    actual: Optional[torch.Tensor], expected: Optional[torch.Tensor], what: str, atol: float
-) -> None:
-    """Gradients: within rtol GRAD_RTOL plus `atol`, and never tighter than the float kernels'
-    precision (KERNEL_ULPS ulps of the largest magnitude: a gradient element that cancels to
-    near zero carries the kernels' rounding of the larger terms)."""
-    if expected is None:
-        assert actual is None, f"{what}: got a tensor, want None"
-        return
-    _check_like(actual, expected, what)
-    if torch.equal(actual.detach(), expected):
-        return
-    torch.testing.assert_close(
-        actual.detach(),
-        expected,
-        rtol=GRAD_RTOL,
-        atol=max(atol, _kernel_tolerance(expected)),
-        msg=lambda m: f"{what}: {m}",
-    )
-
-
-def assert_outputs(actual: Dict[str, Any], expected: Dict[str, Any], what: str) -> None:
+def assert_outputs(
+    actual: Dict[str, Any], expected: Dict[str, Any], what: str, layer: "pr.LayerOperands"
+) -> Optional[str]:
+    """Every field at kernel precision; returns the operand flip that an unquantized output
+    needed (precision.py, LayerOperands), if any."""
     assert sorted(actual) == sorted(expected), (
         f"{what}: output fields {sorted(actual)}, want {sorted(expected)} (QuantTensor or not)"
     )
+    flipped = None
     for field, want in expected.items():
         if field == "value":
-            assert_at_kernel_precision(
-                actual[field], want, f"{what} {field}", step=expected.get("scale")
+            flipped = pr.assert_at_kernel_precision(
+                actual[field], want, f"{what} {field}", step=expected.get("scale"), layer=layer
             )
         elif isinstance(want, torch.Tensor):
-            assert_at_kernel_precision(actual[field], want, f"{what} {field}")
+            pr.assert_at_kernel_precision(actual[field], want, f"{what} {field}")
         else:
             assert actual[field] == want, f"{what} {field}: got {actual[field]}, want {want}"
+    return flipped
 
 
-def assert_all_outputs(
-    actual: List[Dict[str, Any]], expected: List[Dict[str, Any]], what: str
-) -> None:
+def assert_all_outputs(actual: Evaluated, expected: List[Dict[str, Any]], what: str) -> None:
     assert len(actual) == len(expected)
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        assert_outputs(a, e, f"{what}, eval input {i}:")
+    for i, ((a, layer), e) in enumerate(zip(actual, expected)):
+        assert_outputs(a, e, f"{what}, eval input {i}:", layer)
 
 
 def assert_state(
@@ -272,7 +206,7 @@ def assert_state(
         f"{what}: state_dict keys differ; only here: {sorted(set(actual) - set(expected))}, "
         f"only in Brevitas: {sorted(set(expected) - set(actual))} (or the order differs)"
     )
-    compare = assert_exact if exact else assert_at_kernel_precision
+    compare = assert_exact if exact else pr.assert_at_kernel_precision
     for key, value in expected.items():
         compare(actual[key], value, f"{what} state_dict[{key!r}]")
 
@@ -306,8 +240,9 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
     model, report = build(record, dtype)
     note_report(dtype_name, name, "initial state_dict", report, model)
     check_initial(model, record)
+    layer = output_layer(model)
     assert_all_outputs(
-        eval_outputs(model, record["eval_inputs"]), record["fresh_eval"], "fresh model"
+        eval_outputs(model, record["eval_inputs"], layer), record["fresh_eval"], "fresh model"
     )
 
     named = list(model.named_parameters())
@@ -319,25 +254,31 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
         ]
     )
     eps = torch.finfo(dtype).eps
+    flips = 0
     for k, step in enumerate(record["steps"]):
         what = f"step {k}"
         x = step["x"].clone()
         if x.is_floating_point():
             x.requires_grad_()
         actual = unpack(model(x))
-        assert_outputs(actual, step["out"], f"{what} output")
+        flipped = assert_outputs(actual, step["out"], f"{what} output", layer)
         (actual["value"] * step["g"]).sum().backward()
 
         # float32: the step's summation bound; float64: no absolute slack at all.
         atol = step["bound"] if dtype == torch.float32 else 0.0
-        if step["grad_x"] is not None:
-            assert_near(x.grad, step["grad_x"], f"{what} d loss / d input", atol)
-        for pname, p in named:
-            assert_near(p.grad, step["grads"][pname], f"{what} d loss / d {pname}", atol)
+        if flipped:  # precision.py: this step's gradients (and SGD results) are left out
+            flips = pr.note_flip(f"{dtype_name}-{name} {flipped}", flips)
+        else:
+            if step["grad_x"] is not None:
+                want = step["grad_x"]
+                pr.assert_grad_close(x.grad, want, f"{what} d loss / d input", atol, GRAD_RTOL)
+            for pname, p in named:
+                want = step["grads"][pname]
+                pr.assert_grad_close(p.grad, want, f"{what} d loss / d {pname}", atol, GRAD_RTOL)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-        for pname, p in named:
+        for pname, p in [] if flipped else named:
             # What a gradient within (GRAD_RTOL, atol) moves the update by, plus one ulp.
             p_lr = lr["quant"] if is_quantizer_param(pname) else lr["layer"]
             want, grad = step["params"][pname], step["grads"][pname]
@@ -356,7 +297,7 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
         assert_state(model, step["state"], f"{what} after SGD")
 
     assert_all_outputs(
-        eval_outputs(model, record["eval_inputs"]), record["final_eval"], "after training"
+        eval_outputs(model, record["eval_inputs"], layer), record["final_eval"], "after training"
     )
     assert_state(model, record["final_state"], "after training")
 
@@ -368,7 +309,7 @@ def test_training_replay(dtype_name: str, name: str, float_kernels) -> None:
     # model is a float32 quantizer's (off by about 1e-8); ours keep the model's dtype and device
     # (tests/proxy/test_reload_keeps_placement.py).
     assert_all_outputs(
-        eval_outputs(reloaded, record["eval_inputs"]),
+        eval_outputs(reloaded, record["eval_inputs"], output_layer(reloaded)),
         record["final_eval"],
         "reloaded trained state_dict",
     )
@@ -386,7 +327,8 @@ def test_float_checkpoint(dtype_name: str, name: str, float_kernels) -> None:
     note_report(dtype_name, name, "float checkpoint", report)
     model.to(getattr(torch, dtype_name))
     assert_state(model, ckpt["state_after"], "after loading the float checkpoint", exact=True)
-    assert_all_outputs(eval_outputs(model, record["eval_inputs"]), ckpt["eval"], "float checkpoint")
+    evaluated = eval_outputs(model, record["eval_inputs"], output_layer(model))
+    assert_all_outputs(evaluated, ckpt["eval"], "float checkpoint")
 
 
 # ---- what load_state_dict reports -------------------------------------------------------------------
@@ -496,21 +438,8 @@ def test_load_reports_differ_only_by_runtime_stats_values(dtype_name: str, name:
         )
 
 
-class _FloorInsteadOfRound(TorchDispatchMode):
-    """A bug of the kind the replay exists to catch: every fused quantizer floors instead of
-    rounding (rewrites the rounding_mode argument of the brevitas_cpp ops)."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "brevitas_cpp":
-            names = [a.name for a in func._schema.arguments]
-            if "rounding_mode" in names:
-                i = names.index("rounding_mode")
-                args = tuple("floor" if k == i and a == "round" else a for k, a in enumerate(args))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("dtype_name", ["float32", "float64"])
 def test_kernel_precision_still_catches_a_quantizer_bug(dtype_name: str) -> None:
     """The tolerance is the float kernels', not a quantizer's: a rounding bug fails the replay."""
-    with _FloorInsteadOfRound(), pytest.raises(AssertionError, match="quantization step|differ"):
+    with pr.FloorInsteadOfRound(), pytest.raises(AssertionError, match="quantization step|differ"):
         test_training_replay(dtype_name, "cnn", float_kernels=None)

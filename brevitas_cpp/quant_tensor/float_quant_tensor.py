@@ -7,7 +7,6 @@ inf_values, nan_values, signed_t, training_t), as in Brevitas. No output format 
 minifloat arithmetic or layers: add, mul, div and the layers return plain tensors; negation,
 abs, concatenation and the functions of QUANT_TENSOR_FN_HANDLER keep the grid."""
 
-import numbers
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -19,8 +18,15 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     QuantTensor,
     _unpack_quant_tensor,
 )
+from brevitas_cpp.quant_tensor.fields import (
+    _FALSE_FLAG,
+    _TRUE_FLAG,
+    _as_codes,
+    _as_flag,
+    _as_metadata,
+    _flag_value,
+)
 from brevitas_cpp.quant_tensor.float_torch_handler import FLOAT_QUANT_TENSOR_FN_HANDLER
-from brevitas_cpp.quant_tensor.int_quant_tensor import _FALSE_FLAG, _TRUE_FLAG, _flag_value
 from brevitas_cpp.quant_tensor.int_torch_handler import _check_same_device
 from brevitas_cpp.quant_tensor.torch_handler import handle_torch_function
 
@@ -35,43 +41,6 @@ _MERGED_METADATA = (
     "mantissa_bit_width",
     "exponent_bias",
 )
-
-
-def _as_metadata(field: Any, name: str, value: Tensor) -> Tensor:
-    """A metadata tensor: tensors as given, Python numbers as float32 on value's device."""
-    if isinstance(field, Tensor):
-        return field
-    if isinstance(field, numbers.Real):
-        return torch.tensor(field, dtype=torch.float, device=value.device)
-    raise TypeError(
-        f"FloatQuantTensor: {name} must be a Tensor or a real number, got "
-        f"{type(field).__name__} ({field!r})"
-    )
-
-
-def _as_flag(flag: Any, name: str) -> Tensor:
-    """A flag tensor: tensors as given, Python bools (or 0/1) as the flags IntQuantTensor shares
-    (never written to, so sharing them is safe)."""
-    if isinstance(flag, Tensor):
-        return flag
-    if isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1)):
-        return _TRUE_FLAG if flag else _FALSE_FLAG
-    raise TypeError(
-        f"FloatQuantTensor: {name} must be a bool or a bool Tensor, got {type(flag).__name__} "
-        f"({flag!r})"
-    )
-
-
-def _as_codes(codes: Any, name: str) -> Optional[Sequence[str]]:
-    """inf_values / nan_values: None, or a list or tuple of mantissa bit strings, kept as given."""
-    if codes is None:
-        return None
-    if isinstance(codes, (list, tuple)) and all(isinstance(c, str) for c in codes):
-        return codes
-    raise TypeError(
-        f"FloatQuantTensor: {name} must be None or a list or tuple of bit strings such as "
-        f"('111',), got {type(codes).__name__} ({codes!r})"
-    )
 
 
 class FloatQuantTensor(FloatQuantTensorBase, FloatMixin, QuantTensor):
@@ -101,16 +70,16 @@ class FloatQuantTensor(FloatQuantTensorBase, FloatMixin, QuantTensor):
         return super().__new__(
             cls,
             value,
-            _as_metadata(scale, "scale", value),
-            _as_metadata(zero_point, "zero_point", value),
-            _as_metadata(exponent_bit_width, "exponent_bit_width", value),
-            _as_metadata(mantissa_bit_width, "mantissa_bit_width", value),
-            _as_metadata(exponent_bias, "exponent_bias", value),
-            _as_flag(saturating, "saturating"),
-            _as_codes(inf_values, "inf_values"),
-            _as_codes(nan_values, "nan_values"),
-            _as_flag(signed, "signed"),
-            _as_flag(training, "training"),
+            _as_metadata(cls.__name__, scale, "scale", value),
+            _as_metadata(cls.__name__, zero_point, "zero_point", value),
+            _as_metadata(cls.__name__, exponent_bit_width, "exponent_bit_width", value),
+            _as_metadata(cls.__name__, mantissa_bit_width, "mantissa_bit_width", value),
+            _as_metadata(cls.__name__, exponent_bias, "exponent_bias", value),
+            _as_flag(cls.__name__, saturating, "saturating"),
+            _as_codes(cls.__name__, inf_values, "inf_values"),
+            _as_codes(cls.__name__, nan_values, "nan_values"),
+            _as_flag(cls.__name__, signed, "signed"),
+            _as_flag(cls.__name__, training, "training"),
         )
 
     @classmethod

@@ -24,8 +24,7 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     QuantTensor,
     _unpack_quant_tensor,
 )
-from brevitas_cpp.quant_tensor.float_quant_tensor import _as_codes
-from brevitas_cpp.quant_tensor.int_quant_tensor import _as_flag, _as_metadata, _flag_value
+from brevitas_cpp.quant_tensor.fields import _as_codes, _as_flag, _as_metadata, _flag_value
 
 __all__ = [
     "GroupwiseFloatQuantTensor",
@@ -258,13 +257,13 @@ class GroupwiseIntQuantTensor(
         return super().__new__(
             cls,
             value,
-            _as_metadata(scale, "scale", value),
-            _as_metadata(zero_point, "zero_point", value),
+            _as_metadata(cls.__name__, scale, "scale", value),
+            _as_metadata(cls.__name__, zero_point, "zero_point", value),
             group_size,
             group_dim,
-            _as_metadata(bit_width, "bit_width", value),
-            _as_flag(signed, "signed"),
-            _as_flag(training, "training"),
+            _as_metadata(cls.__name__, bit_width, "bit_width", value),
+            _as_flag(cls.__name__, signed, "signed"),
+            _as_flag(cls.__name__, training, "training"),
             _dequant_shape(dequant_shape),
         )
 
@@ -313,18 +312,18 @@ class GroupwiseFloatQuantTensor(
         return super().__new__(
             cls,
             value,
-            _as_metadata(scale, "scale", value),
-            _as_metadata(zero_point, "zero_point", value),
+            _as_metadata(cls.__name__, scale, "scale", value),
+            _as_metadata(cls.__name__, zero_point, "zero_point", value),
             group_size,
             group_dim,
-            _as_metadata(exponent_bit_width, "exponent_bit_width", value),
-            _as_metadata(mantissa_bit_width, "mantissa_bit_width", value),
-            _as_metadata(exponent_bias, "exponent_bias", value),
-            _as_flag(saturating, "saturating"),
-            _as_codes(inf_values, "inf_values"),
-            _as_codes(nan_values, "nan_values"),
-            _as_flag(signed, "signed"),
-            _as_flag(training, "training"),
+            _as_metadata(cls.__name__, exponent_bit_width, "exponent_bit_width", value),
+            _as_metadata(cls.__name__, mantissa_bit_width, "mantissa_bit_width", value),
+            _as_metadata(cls.__name__, exponent_bias, "exponent_bias", value),
+            _as_flag(cls.__name__, saturating, "saturating"),
+            _as_codes(cls.__name__, inf_values, "inf_values"),
+            _as_codes(cls.__name__, nan_values, "nan_values"),
+            _as_flag(cls.__name__, signed, "signed"),
+            _as_flag(cls.__name__, training, "training"),
             _dequant_shape(dequant_shape),
         )
 
@@ -348,4 +347,4 @@ def regroup_like(like: GroupwiseQuantTensor, value: Tensor, training: bool) -> G
     """value (in like's ungrouped shape) with like's groups and metadata: what an activation
     that keeps its input's quantization (a ReLU after a quantizer) returns."""
     grouped = group_view(value, like.group_dim, like.group_size)
-    return like.set(value_=grouped, training_t=_as_flag(training, "training"))
+    return like.set(value_=grouped, training_t=_as_flag(type(like).__name__, training, "training"))

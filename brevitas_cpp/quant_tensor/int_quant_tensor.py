@@ -6,7 +6,6 @@ unpacking are tuple operations (qt[0] is the value), as in Brevitas. Arithmetic 
 Brevitas's rules for the output grid; torch functions dispatch through `__torch_function__`
 to the handler tables, and any other torch function runs on the values and returns a Tensor."""
 
-import numbers
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -20,6 +19,7 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     _describe,
     _unpack_quant_tensor,
 )
+from brevitas_cpp.quant_tensor.fields import _as_flag, _as_metadata, _flag_value
 from brevitas_cpp.quant_tensor.int_torch_handler import (
     INT_QUANT_TENSOR_FN_HANDLER,
     _check_same_device,
@@ -27,47 +27,6 @@ from brevitas_cpp.quant_tensor.int_torch_handler import (
 from brevitas_cpp.quant_tensor.torch_handler import handle_torch_function
 
 __all__ = ["IntQuantTensor"]
-
-
-def _as_metadata(field: Any, name: str, value: Tensor) -> Tensor:
-    """A metadata tensor: tensors as given, Python numbers as float32 on value's device."""
-    if isinstance(field, Tensor):
-        return field
-    if isinstance(field, numbers.Real):
-        return torch.tensor(field, dtype=torch.float, device=value.device)
-    raise TypeError(
-        f"IntQuantTensor: {name} must be a Tensor or a real number, got {type(field).__name__} "
-        f"({field!r})"
-    )
-
-
-# The flag tensors built from Python bools. Every quantizer call builds an IntQuantTensor, so
-# fresh torch.tensor(flag) calls (and .item() reads back) would cost dispatcher calls per layer;
-# these two are shared instead. Flags stay on the host (see QuantTensor.to) and are never
-# written to, so sharing them is safe.
-_TRUE_FLAG = torch.tensor(True)
-_FALSE_FLAG = torch.tensor(False)
-
-
-def _as_flag(flag: Any, name: str) -> Tensor:
-    """A flag tensor: tensors as given, Python bools (or 0/1) as a (shared) bool tensor."""
-    if isinstance(flag, Tensor):
-        return flag
-    if isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1)):
-        return _TRUE_FLAG if flag else _FALSE_FLAG
-    raise TypeError(
-        f"IntQuantTensor: {name} must be a bool or a bool Tensor, got {type(flag).__name__} "
-        f"({flag!r})"
-    )
-
-
-def _flag_value(flag: Tensor) -> bool:
-    """The Python bool of a flag tensor; the shared flags answer without an .item() call."""
-    if flag is _TRUE_FLAG:
-        return True
-    if flag is _FALSE_FLAG:
-        return False
-    return flag.item()
 
 
 class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
@@ -85,11 +44,11 @@ class IntQuantTensor(IntQuantTensorBase, IntMixin, QuantTensor):
         return super().__new__(
             cls,
             value,
-            _as_metadata(scale, "scale", value),
-            _as_metadata(zero_point, "zero_point", value),
-            _as_metadata(bit_width, "bit_width", value),
-            _as_flag(signed, "signed"),
-            _as_flag(training, "training"),
+            _as_metadata(cls.__name__, scale, "scale", value),
+            _as_metadata(cls.__name__, zero_point, "zero_point", value),
+            _as_metadata(cls.__name__, bit_width, "bit_width", value),
+            _as_flag(cls.__name__, signed, "signed"),
+            _as_flag(cls.__name__, training, "training"),
         )
 
     @classmethod

@@ -11,13 +11,15 @@ runs on the weight or input it expects. The proxies themselves live in Brevitas'
 groupwise_float_runtime_quant).
 """
 
-from typing import Optional
+from typing import Any, Optional, Sequence, Tuple, Union
 
 from torch import Tensor, nn
 
 from brevitas_cpp.function.shape import ungroup
 from brevitas_cpp.proxy.script import QuantTuple
 from brevitas_cpp.proxy.utils import _CachedIOGroupwiseInt
+from brevitas_cpp.quant_tensor import GroupwiseIntQuantTensor, GroupwiseQuantTensor, QuantTensor
+from brevitas_cpp.quant_tensor.groupwise_quant_tensor import regroup_like
 
 __all__: list = []
 
@@ -28,6 +30,7 @@ class _GroupwiseProxy:
     output. Listed before the proxy class it extends."""
 
     CACHE_CLASS: type = _CachedIOGroupwiseInt
+    QUANT_TENSOR_CLASS: type = GroupwiseIntQuantTensor
 
     def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
         super().__init__(quant_layer, quant_injector)
@@ -67,6 +70,25 @@ class _GroupwiseProxy:
         start = self.groupwise_dim if self.groupwise_dim >= 0 else self.groupwise_dim - 1
         return x.flatten(start, start + 1)
 
+    def _grouped_quant_tensor(
+        self, qt_args: Tuple[Any, ...], shape: Sequence[int]
+    ) -> GroupwiseQuantTensor:
+        """QUANT_TENSOR_CLASS of the quantizer's grouped output (value, scale, zero_point, then
+        the format: bit_width, or a minifloat's widths, bias, saturation and codes) for a
+        tensor of the given shape."""
+        value, scale, zero_point, *fmt = qt_args
+        return self.QUANT_TENSOR_CLASS(
+            value,
+            scale,
+            zero_point,
+            self.groupwise_size,
+            self.groupwise_dim,
+            *fmt,
+            self.is_signed,
+            self.training,
+            tuple(shape),
+        )
+
     def _ungrouped_tuple(self, x: Tensor, grouped: QuantTuple) -> QuantTuple:
         value, scale, zero_point, bit_width = grouped
         if scale is None or zero_point is None:
@@ -90,3 +112,18 @@ class _GroupwiseWeightProxy(_GroupwiseProxy):
 
     def zero_point_(self) -> Optional[Tensor]:
         return self.retrieve_attribute("zero_point_")
+
+    def create_quant_tensor(self, qt_args: Tuple[Any, ...]) -> GroupwiseQuantTensor:
+        return self._grouped_quant_tensor(qt_args, self.tracked_parameter_list[0].shape)
+
+
+class _GroupwiseActProxy(_GroupwiseProxy):
+    def create_quant_tensor(
+        self, qt_args: Union[Tensor, Tuple[Any, ...]], x: Union[Tensor, QuantTensor]
+    ) -> QuantTensor:
+        if isinstance(qt_args, tuple):
+            return self._grouped_quant_tensor(qt_args, x.shape)
+        # A passthrough activation keeps the input's quantization.
+        if isinstance(x, GroupwiseQuantTensor):
+            return regroup_like(x, qt_args, self.training)
+        return super().create_quant_tensor(qt_args, x)

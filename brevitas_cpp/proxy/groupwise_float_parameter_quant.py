@@ -1,8 +1,6 @@
 """Minifloat weight proxy with per-group scales (Brevitas's
 ``brevitas.proxy.groupwise_float_parameter_quant``)."""
 
-from typing import Any, Tuple
-
 from brevitas_cpp.proxy.float_parameter_quant import WeightFloatQuantProxyFromInjector
 from brevitas_cpp.proxy.groupwise import _GroupwiseWeightProxy
 from brevitas_cpp.proxy.utils import _CachedIOGroupwiseFloat
@@ -18,17 +16,4 @@ class GroupwiseWeightFloatQuantProxyFromInjector(
     GroupwiseFloatQuantTensor."""
 
     CACHE_CLASS = _CachedIOGroupwiseFloat
-
-    def create_quant_tensor(self, qt_args: Tuple[Any, ...]) -> GroupwiseFloatQuantTensor:
-        value, scale, zero_point, *fmt = qt_args
-        return GroupwiseFloatQuantTensor(
-            value,
-            scale,
-            zero_point,
-            self.groupwise_size,
-            self.groupwise_dim,
-            *fmt,
-            self.is_signed,
-            self.training,
-            tuple(self.tracked_parameter_list[0].shape),
-        )
+    QUANT_TENSOR_CLASS = GroupwiseFloatQuantTensor

@@ -29,7 +29,7 @@ from brevitas_cpp.core._checks import checked_module
 from brevitas_cpp.core.function_wrapper import Identity, ScalarSignedClampMinSte
 from brevitas_cpp.function.shape import ungroup
 
-from .mse import ProxySearchStats, _checked_proxy, _LocalLossSwitches, _quantizer_call
+from .mse import ProxySearchStats, _checked_proxy, _LocalLossSwitches, _ProxySearch
 from .stats_op import _checked_dim
 
 __all__ = [
@@ -85,46 +85,20 @@ def _as_tracked_weight(proxy_module: nn.Module, x: Tensor) -> Tensor:
     return x.reshape(weight.shape) if x.numel() == weight.numel() else x
 
 
-class _HQOSearch:
-    """The Python state of an HQO block: the proxy, the init statistic, the view, and
-    ``internal_candidate`` (returned in local-loss mode)."""
+class _HQOSearch(_ProxySearch):
+    """An HQO block's search: the proxy called in local-loss mode as for MSE, its output read
+    as (value, scale, zero_point)."""
 
     def __init__(
         self, proxy_module: nn.Module, init_op: nn.Module, view: nn.Module, iters: int
     ) -> None:
-        self.proxy_module = proxy_module  # not a submodule: the proxy owns this block
-        self.init_op = init_op
-        self.view = view
+        super().__init__(proxy_module, init_op, view)
         self.iters = iters
-        self.internal_candidate: Optional[Tensor] = None
 
-    def quantize(self, x: Tensor, candidate: Tensor, switches: _LocalLossSwitches):
+    def quantize_fields(self, x: Tensor, candidate: Tensor, switches: _LocalLossSwitches):
         """The proxy's (value, scale, zero_point) on x with candidate as this block's statistic."""
-        self.internal_candidate = candidate
-        switches.enter()
-        try:
-            value, scale, zero_point, _ = _quantizer_call(self.proxy_module)(x)
-        finally:
-            switches.exit()
+        value, scale, zero_point, _ = self.quantize(x, candidate, switches)
         return value.detach(), scale.detach(), zero_point.detach()
-
-    def init(self, x: Tensor) -> Tensor:
-        return self.init_op(self.view(x)).detach()
-
-    def search(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
-
-    @torch.compiler.disable
-    def forward(self, x: Tensor, local_loss_mode: bool) -> Tensor:
-        if not local_loss_mode:
-            with torch.no_grad():
-                best = self.search(x)
-            # Kept for blocks evaluated later in local-loss mode (e.g. the zero point's search).
-            self.internal_candidate = best.detach()
-            return best
-        if self.internal_candidate is None:
-            self.internal_candidate = self.init(x)
-        return self.internal_candidate
 
 
 class _HQOScaleSearch(_HQOSearch):
@@ -134,22 +108,22 @@ class _HQOScaleSearch(_HQOSearch):
 
     def search(self, x: Tensor) -> Tensor:
         block = self.block
-        x = self.view(x)
+        x = self.input_view_shape_impl(x)
         candidate = self.init(x)
         best_candidate = candidate
         best_loss = torch.tensor(float("inf"), device=x.device, dtype=x.dtype)
         beta = block.beta
         switches = _LocalLossSwitches(self.proxy_module)
         for _ in range(self.iters):
-            value, scale, zero_point = self.quantize(x, candidate, switches)
+            value, scale, zero_point = self.quantize_fields(x, candidate, switches)
             loss = torch.abs(value - x).mean()
             best_candidate = torch.where(loss < best_loss, candidate, best_candidate)
             if loss >= best_loss:
                 break
             best_loss = torch.min(loss, best_loss)
             shrunk_error = shrink_lp_op(x - value, beta, block.lp_norm)
-            num = self.view(x - shrunk_error)
-            den = self.view(torch.round(value / scale) - zero_point)
+            num = self.input_view_shape_impl(x - shrunk_error)
+            den = self.input_view_shape_impl(torch.round(value / scale) - zero_point)
             ratio = num / den
             mask = (num != 0.0) & (den != 0.0)
             candidate = masked_median(ratio, mask, block.stats_reduce_dim, block.keepdim)
@@ -179,8 +153,12 @@ class _HQOZeroPointSearch(_HQOSearch):
         # the [channels, rest] view a statistic receives (Brevitas 0.12 fails on convolutions).
         weight_shaped = _as_tracked_weight(self.proxy_module, x)
         for i in range(self.iters):
-            value, scale, zero_point = self.quantize(weight_shaped, candidate, switches)
-            value, scale, zero_point = self.view(value), self.view(scale), self.view(zero_point)
+            value, scale, zero_point = self.quantize_fields(weight_shaped, candidate, switches)
+            value, scale, zero_point = (
+                self.input_view_shape_impl(value),
+                self.input_view_shape_impl(scale),
+                self.input_view_shape_impl(zero_point),
+            )
             ints = value / scale + zero_point
             loss = torch.abs(value - x).mean()
             best_candidate = torch.where(loss < best_loss, candidate, best_candidate)
@@ -189,7 +167,7 @@ class _HQOZeroPointSearch(_HQOSearch):
             best_loss = torch.min(loss, best_loss)
             shrunk_error = shrink_lp_op(x - value, block.beta, block.lp_norm)
             # HQQ's zero point, in units of the scale and of the opposite sign.
-            residual = self.view((x - shrunk_error) - ints * scale)
+            residual = self.input_view_shape_impl((x - shrunk_error) - ints * scale)
             if block.stats_reduce_dim is None:
                 candidate = torch.mean(residual)
             else:

@@ -129,10 +129,53 @@ def _quantizer_call(proxy_module: nn.Module) -> Callable[[Tensor], Any]:
 # ---- the search -----------------------------------------------------------------------------------
 
 
-class _MSESearch:
-    """The Python state of an MSE block: the proxy whose output is scored, and
-    ``internal_candidate``, the statistic the block returns in local-loss mode (the candidate
-    being evaluated, else the last search's result)."""
+class _ProxySearch:
+    """The Python state of a statistic found by searching (MSE, HQO): the proxy whose output is
+    scored, the statistic the search starts from (``init``), and ``internal_candidate``, what
+    the block returns in local-loss mode (the candidate being evaluated, else the last search's
+    result). Subclasses define ``search``."""
+
+    def __init__(
+        self, proxy_module: nn.Module, init_op: nn.Module, input_view_shape_impl: nn.Module
+    ) -> None:
+        self.proxy_module = proxy_module  # not a submodule: the proxy owns this block
+        self.init_op = init_op
+        self.input_view_shape_impl = input_view_shape_impl
+        self.internal_candidate: Optional[Tensor] = None
+
+    def init(self, x: Tensor) -> Tensor:
+        return self.init_op(self.input_view_shape_impl(x)).detach()
+
+    def quantize(self, x: Tensor, candidate: Tensor, switches: _LocalLossSwitches) -> Any:
+        """The proxy's output on x with candidate as this block's statistic."""
+        self.internal_candidate = candidate
+        switches.enter()
+        try:
+            return _quantizer_call(self.proxy_module)(x)
+        finally:
+            switches.exit()
+
+    def search(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    # A Python loop around calls of the proxy: run eagerly under torch.compile (a graph break).
+    @torch.compiler.disable
+    def forward(self, x: Tensor, local_loss_mode: bool) -> Tensor:
+        if not local_loss_mode:
+            with torch.no_grad():
+                best = self.search(x)
+            # Kept for blocks evaluated later in local-loss mode (e.g. the zero point's search).
+            self.internal_candidate = best
+            return best
+        # Another block is being searched (e.g. the scale before this zero point): the current
+        # candidate, or the initial statistic when this block has none yet.
+        if self.internal_candidate is None:
+            self.internal_candidate = self.init(x)
+        return self.internal_candidate
+
+
+class _MSESearch(_ProxySearch):
+    """An MSE block's search (see the module docstring)."""
 
     def __init__(
         self,
@@ -143,13 +186,10 @@ class _MSESearch:
         search_method: str,
         iters: int,
     ) -> None:
-        self.proxy_module = proxy_module  # not a submodule: the proxy owns this block
-        self.mse_init_op = mse_init_op
-        self.input_view_shape_impl = input_view_shape_impl
+        super().__init__(proxy_module, mse_init_op, input_view_shape_impl)
         self.stats_reduce_dim = stats_reduce_dim
         self.search_method = search_method
         self.num = iters
-        self.internal_candidate: Optional[Tensor] = None
 
     def mse_loss_fn(self, x: Tensor, quant_value: Tensor) -> Tensor:
         """Squared error summed over everything, or per output channel (over the viewed dim)."""
@@ -161,13 +201,7 @@ class _MSESearch:
 
     def evaluate_loss(self, x: Tensor, candidate: Tensor, switches: _LocalLossSwitches) -> Tensor:
         """The error of the proxy's output on x with candidate as this block's statistic."""
-        self.internal_candidate = candidate
-        switches.enter()
-        try:
-            quant_value = _quantized_value(_quantizer_call(self.proxy_module)(x))
-        finally:
-            switches.exit()
-        return self.mse_loss_fn(x, quant_value)
+        return self.mse_loss_fn(x, _quantized_value(self.quantize(x, candidate, switches)))
 
     def mse_grid_search(self, xl: Tensor, x: Tensor) -> Tensor:
         """The best of xl * i, i = 2 ... num (the first one on ties)."""
@@ -202,28 +236,12 @@ class _MSESearch:
             length0 = xr - xl
         return torch.where(f1 <= f2, x1, x2)
 
-    def mse_search(self, x: Tensor) -> Tensor:
-        init = self.mse_init_op(self.input_view_shape_impl(x)).detach()
+    def search(self, x: Tensor) -> Tensor:
+        init = self.init(x)
         base = init / self.num
         if self.search_method == "grid":
-            best_candidate = self.mse_grid_search(base, x)
-        else:
-            best_candidate = self.mse_fib_search(base, init, x)
-        # Kept for blocks evaluated later in local-loss mode (e.g. the zero point's search).
-        self.internal_candidate = best_candidate
-        return best_candidate
-
-    # A Python loop around calls of the proxy: run eagerly under torch.compile (a graph break).
-    @torch.compiler.disable
-    def forward(self, x: Tensor, local_loss_mode: bool) -> Tensor:
-        if not local_loss_mode:
-            with torch.no_grad():
-                return self.mse_search(x)
-        # Another block is being searched (e.g. the scale before this zero point): the current
-        # candidate, or mse_init_op's statistic when this block has none yet.
-        if self.internal_candidate is None:
-            self.internal_candidate = self.mse_init_op(self.input_view_shape_impl(x)).detach()
-        return self.internal_candidate
+            return self.mse_grid_search(base, x)
+        return self.mse_fib_search(base, init, x)
 
 
 # Compiled search blocks find their search by key (a compiled call into Python gets no self).

@@ -182,6 +182,64 @@ def test_percentile_gradient_reaches_the_one_element_holding_it(q):
     assert int((grad != 0).sum()) == 1 and float(grad.sum()) == 1.0
 
 
+def _per_tensor_cases():
+    """Flat inputs for the per-tensor selection (blocks of 64 values and a tail): the answer in
+    a block, in the tail, among many ties and among zeros (a ReLU's output)."""
+    gen = torch.Generator().manual_seed(11)
+    for n in (64, 65, 127, 128, 6400, 6463, 70001):
+        yield f"randn{n}", torch.randn(n, generator=gen, dtype=torch.float64)
+    tail = torch.randn(6463, generator=gen, dtype=torch.float64)
+    tail[-3:] = torch.tensor([40.0, -50.0, 60.0])  # the extremes sit after the last whole block
+    yield "tail", tail
+    yield "ties", torch.randint(-3, 4, (9000,), generator=gen).double()
+    relu = torch.randn(20000, generator=gen, dtype=torch.float64).clamp(min=0)
+    relu[torch.randperm(20000, generator=gen)[:5]] = 7.0  # five equal maxima
+    yield "relu", relu
+    yield "zeros", torch.zeros(5000, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("case", list(_per_tensor_cases()), ids=lambda c: c[0])
+@pytest.mark.parametrize("high_q,low_q", [(99.999, 0.001), (99.0, 1.0), (98.5, 1.6), (99.9, 0.1)])
+def test_per_tensor_percentiles_near_the_ends_match_a_full_sort(case, high_q, low_q):
+    """Near either end the per-tensor percentiles select through blocks of 64 (stats_op's
+    _kth_index_1d); the value is the full sort's, for float32 and float64, scripted too."""
+    _, flat = case
+    n = flat.numel()
+    for dtype in (torch.float64, torch.float32):
+        values = flat.to(dtype)  # exact: the float64 cases hold float32 values or are rounded
+        x = values.view(1, n)
+        high = _sorted_pick(values.abs(), _high_k(high_q, n), 0)
+        low = _min_zero(_sorted_pick(values, _low_k(low_q, n), 0))
+        top = _sorted_pick(values, _high_k(high_q, n), 0)
+        for module, expected in [
+            (AbsPercentile(high_q, None), high),
+            (NegativePercentileOrZero(low_q), low),
+            (PercentileInterval(low_q, high_q), (top - low).abs()),
+        ]:
+            got = module(x)
+            assert torch.equal(got, expected), (type(module).__name__, dtype)
+            assert torch.equal(torch.jit.script(module)(x), got)
+
+
+@pytest.mark.parametrize("q", [99.999, 99.0])
+def test_per_tensor_percentile_gradient_reaches_one_element(q):
+    """Per tensor, the selected element alone gets the gradient, times its sign (through |x|),
+    as selecting it from |x| by hand does; with tied maxima, exactly one of them."""
+    x = rand((8, 4000), torch.float64, seed=9).requires_grad_()
+    (grad,) = torch.autograd.grad(AbsPercentile(q, None)(x), x)
+    flat = x.detach().reshape(-1)
+    pick = _sorted_pick(flat.abs(), _high_k(q, flat.numel()), 0)
+    expected = ((flat.abs() == pick).double() * torch.sign(flat)).view_as(x)
+    assert torch.equal(grad, expected)
+    tied = torch.rand(3, 5000, dtype=torch.float64)
+    tied[0, :7] = 2.0
+    tied[2, -5:] = -2.0
+    tied.requires_grad_()
+    (grad,) = torch.autograd.grad(AbsPercentile(99.999, None)(tied), tied)
+    assert int((grad != 0).sum()) == 1 and float(grad.abs().sum()) == 1.0
+    assert float(tied.detach().reshape(-1)[grad.reshape(-1) != 0].abs()) == 2.0
+
+
 def test_percentile_half_keeps_dtype():
     x = rand((4, 50), torch.float16, seed=5)
     out = AbsPercentile(90.0, 1)(x)

@@ -14,6 +14,7 @@ composition.
 
 from typing import NamedTuple, Optional
 
+import torch
 from torch import Tensor
 from torch.nn import Module
 
@@ -28,7 +29,7 @@ from brevitas_cpp.core.function_wrapper import (
 from brevitas_cpp.core.quant._fusion import on_kernel_device
 from brevitas_cpp.core.quant.int_base import IntQuant
 from brevitas_cpp.core.restrict_val import FloatRestrictValue, _ClampValue, _RestrictClampValue
-from brevitas_cpp.core.scaling.int_scaling import IntScaling
+from brevitas_cpp.core.scaling.int_scaling import IntScaling, PowerOfTwoIntScaling
 from brevitas_cpp.core.scaling.runtime import StatsFromParameterScaling, _StatsScaling
 from brevitas_cpp.core.stats.stats_op import AbsMax
 from brevitas_cpp.core.stats.stats_wrapper import _ParameterListStats, _Stats
@@ -171,3 +172,25 @@ def fused_weight_fits(x: Tensor, bit_width: Tensor, channels: int, scale_rank: i
     if channels < 0:
         return True
     return x.dim() == scale_rank and x.size(0) == channels
+
+
+# Up to 2^24 every integer threshold is exact in float32 and above, and one rounding from the
+# exact value in float16/bfloat16: a copy converted by .to() equals the one computed there.
+_EXACT_THRESHOLD_BITS = 24
+
+
+def constant_int_threshold(bit_width_impl: Module, int_scaling_impl: Module) -> Optional[Tensor]:
+    """int_scaling_impl(bit_width_impl()) when both are stock blocks of constant output (a
+    BitWidthConst of at most 24 bits, IntScaling or PowerOfTwoIntScaling with a fixed sign),
+    computed once here instead of with two ops on every call; None otherwise."""
+    if type(bit_width_impl) is not BitWidthConst:
+        return None
+    if type(int_scaling_impl) not in (IntScaling, PowerOfTwoIntScaling):
+        return None
+    if not isinstance(int_scaling_impl.signed, bool):
+        return None
+    with torch.no_grad():
+        bit_width = bit_width_impl()
+        if float(bit_width) > _EXACT_THRESHOLD_BITS:
+            return None
+        return int_scaling_impl(bit_width).detach().clone()

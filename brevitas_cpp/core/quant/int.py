@@ -16,7 +16,11 @@ from brevitas_cpp import jit
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
-from brevitas_cpp.core.quant._fused_weight import fused_weight_fits, fused_weight_plan
+from brevitas_cpp.core.quant._fused_weight import (
+    constant_int_threshold,
+    fused_weight_fits,
+    fused_weight_plan,
+)
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.scaling import TruncMsbScaling
@@ -93,6 +97,7 @@ class RescalingIntQuant(jit.ScriptModule):
     (and, in eager mode, again when one of its blocks is replaced)."""
 
     __constants__ = [
+        "int_threshold_is_const",
         "fused_weight",
         "fused_channels",
         "fused_scale_rank",
@@ -125,9 +130,16 @@ class RescalingIntQuant(jit.ScriptModule):
         self.zero_point_impl = zero_point_impl
         self.msb_clamp_bit_width_impl = bit_width_impl
         self.observer_only = jit.Attribute(False, bool)
+        # int_scaling_impl's output when it is constant (see constant_int_threshold): not
+        # state, it follows .to() as the bit width it derives from does.
+        self.const_int_threshold = StatelessBuffer(torch.ones(()))
         self._decide_weight_fusion()
 
     def _decide_weight_fusion(self) -> None:
+        threshold = constant_int_threshold(self.msb_clamp_bit_width_impl, self.int_scaling_impl)
+        self.int_threshold_is_const = threshold is not None
+        if threshold is not None:
+            self.const_int_threshold.value = threshold
         plan = fused_weight_plan(self)
         # TorchScript constants: with fused_weight False the scripted forward drops the op call.
         self.fused_weight = plan is not None
@@ -172,7 +184,10 @@ class RescalingIntQuant(jit.ScriptModule):
                 self.fused_clamp_ste,
             )
             return y, scale, self.zero_point_impl(x, scale, bit_width), bit_width
-        int_threshold = self.int_scaling_impl(bit_width)
+        if self.int_threshold_is_const:
+            int_threshold = self.const_int_threshold.value
+        else:
+            int_threshold = self.int_scaling_impl(bit_width)
         scale = self.scaling_impl(x, int_threshold)
         zero_point = self.zero_point_impl(x, scale, bit_width)
         if self.observer_only:

@@ -343,11 +343,21 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
 
     @jit.script_method
     def _learned_scale(self, threshold: Tensor) -> Tensor:
+        # Every training step of every activation quantizer comes here: identity blocks (the
+        # linear domain's, read from their own flags) are skipped rather than called.
         if not self.threshold_pre_is_identity:
             threshold = self.restrict_threshold_pre(threshold)
-        threshold = self.restrict_threshold(threshold)
-        value = self.clamp_scaling(self.restrict_scaling(self.value))
-        return self.restrict_scale_threshold(value / threshold)
+        if not self.restrict_threshold.restrict_is_identity:
+            threshold = self.restrict_threshold(threshold)
+        value = self.value
+        if not self.restrict_scaling.restrict_is_identity:
+            value = self.restrict_scaling(value)
+        if not self.clamp_scaling.clamp_is_identity:
+            value = self.clamp_scaling.clamp_min_ste(value)
+        scale = value / threshold
+        if not self.restrict_scale_threshold.restrict_is_identity:
+            scale = self.restrict_scale_threshold(scale)
+        return scale
 
     @jit.script_method
     def training_forward(self, stats_input: Tensor, threshold: Tensor) -> Tensor:

@@ -63,7 +63,8 @@ def test_stock_quantizers_route_to_one_op(name):
         return
     tq.fused_weight = False
     fwd_c, bwd_c = _step_calls(layer, None)
-    assert FUSED_OP not in fwd_c and len(fwd_c) >= 15 and len(bwd_c) > len(bwd)
+    # (the integer threshold, constant here, is no longer among them: see const_int_threshold)
+    assert FUSED_OP not in fwd_c and len(fwd_c) >= 12 and len(bwd_c) > len(bwd)
 
 
 def _force_composition(layer):

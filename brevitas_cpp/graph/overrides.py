@@ -48,6 +48,17 @@ class LayerSettings:
         self.used_keywords.update(taken)
         return {"weight_bit_width": self.bits_weights, **self.weight_defaults, **taken}
 
+    def prefixed_layer_kwargs(self, prefixes: Tuple[str, ...]) -> Dict[str, Any]:
+        """The override's keywords a layer of several named quantizers takes (a recurrent or
+        attention layer: io_*, gate_acc_*, in_proj_*, ...), recorded as taken."""
+        taken = {
+            k: v
+            for k, v in self.keywords.items()
+            if k.startswith(prefixes) or k in _EVERY_LAYER_KEYS
+        }
+        self.used_keywords.update(taken)
+        return taken
+
     def act_layer_kwargs(self) -> Dict[str, Any]:
         taken = {
             k: v for k, v in self.keywords.items() if not k.startswith(_ACT_LAYER_EXCLUDED_PREFIXES)

@@ -29,6 +29,7 @@ from brevitas_cpp.graph.replacement import ReplacementFactory, default_replaceme
 from brevitas_cpp.graph.scheduler import CompressionScheduler
 from brevitas_cpp.graph.trace import module_scopes
 from brevitas_cpp.nn.mixin import QuantLayerMixin
+from brevitas_cpp.nn.quant_mha import QuantMultiheadAttention
 
 __all__ = ["Quantizer"]
 
@@ -290,12 +291,13 @@ class ScopeSelection:
 
 def _disable_fused_fast_paths(model: nn.Module) -> None:
     """A TransformerEncoderLayer (and the TransformerEncoder around it) runs a fused kernel in
-    eval mode without gradients that reads linear1/linear2's float weights directly, which
-    would silently skip their quant layers; activation_relu_or_gelu = 0 turns that path off (the
-    activation itself is still applied by the unfused forward)."""
+    eval mode without gradients that reads linear1/linear2's and self_attn's float weights
+    directly, which would silently skip their quant layers; activation_relu_or_gelu = 0 turns
+    that path off (the activation itself is still applied by the unfused forward)."""
     for module in model.modules():
-        if isinstance(module, nn.TransformerEncoderLayer) and any(
-            isinstance(child, QuantLayerMixin) for child in (module.linear1, module.linear2)
+        if isinstance(module, nn.TransformerEncoderLayer) and (
+            any(isinstance(child, QuantLayerMixin) for child in (module.linear1, module.linear2))
+            or isinstance(module.self_attn, QuantMultiheadAttention)
         ):
             module.activation_relu_or_gelu = 0
 

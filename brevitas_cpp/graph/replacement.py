@@ -10,9 +10,18 @@ Left in float by default: BatchNorm (in QAT it keeps normalising with batch stat
 first with brevitas_cpp.graph.merge_bn), MaxPool (it keeps its input's
 quantization) and the average poolings (their requantization needs QuantTensor inputs, which the
 replaced layers do not return by default).
+
+Recurrent and attention layers (nn.RNN, nn.LSTM, nn.MultiheadAttention) hold their quantizers
+under several names (io_, gate_acc_, in_proj_, ...): every weight quantizer gets the weight bit
+width and every activation quantizer the layer enables by default the activation bit width; the
+override's keywords with those prefixes are passed on, and the quantizer's weight_*/bias_*
+defaults go to each weight (in_proj_weight_* and out_proj_weight_* for attention). Their float
+weights are loaded exactly from the float module's state_dict; an RNN or LSTM keeps one weight
+per gate, so its Parameters are new objects (Quantizer(optimizer=...) adds them to the
+optimizer), while attention adopts the packed in_proj and out_proj Parameters themselves.
 """
 
-from typing import Callable, Dict
+from typing import Any, Callable, Dict, Tuple
 
 from torch import nn
 
@@ -110,6 +119,119 @@ def _hardtanh(module: nn.Hardtanh, settings: LayerSettings) -> nn.Module:
     return qnn.QuantHardTanh(**{**bounds, **settings.act_layer_kwargs()})
 
 
+def _defaults_for_weights(settings: LayerSettings, weight_prefixes: Tuple[str, ...]) -> Dict:
+    """The quantizer's weight_*/bias_* defaults, under each weight's prefix."""
+    out: Dict[str, Any] = {}
+    for key, value in settings.weight_defaults.items():
+        if key.startswith(("weight_", "bias_")):
+            for prefix in weight_prefixes:
+                out[prefix + key] = value
+    return out
+
+
+def _recurrent_kwargs(
+    settings: LayerSettings, quant_class: type, act_prefixes: Tuple[str, ...]
+) -> Dict[str, Any]:
+    bits = {"weight_bit_width": settings.bits_weights}
+    bits.update({prefix + "bit_width": settings.bits_activations for prefix in act_prefixes})
+    return {
+        **bits,
+        **_defaults_for_weights(settings, ("",)),
+        **settings.prefixed_layer_kwargs(quant_class._prefixes),
+    }
+
+
+def _check_recurrent(module: nn.RNNBase) -> None:
+    if module.dropout:
+        raise ValueError(
+            f"dropout={module.dropout} between stacked layers is not supported by the quantized "
+            f"recurrent layers; leave it in float (ignored_scopes) or set dropout=0"
+        )
+    if getattr(module, "proj_size", 0):
+        raise ValueError(
+            f"proj_size={module.proj_size} (an LSTM with projections) is not supported by "
+            f"QuantLSTM; leave it in float (ignored_scopes)"
+        )
+
+
+def _recurrent_common(module: nn.RNNBase) -> Dict[str, Any]:
+    weight = module.weight_ih_l0
+    return {
+        "num_layers": module.num_layers,
+        "bias": module.bias,
+        "batch_first": module.batch_first,
+        "bidirectional": module.bidirectional,
+        "device": weight.device,
+        "dtype": weight.dtype,
+    }
+
+
+def _rnn(module: nn.RNN, settings: LayerSettings) -> nn.Module:
+    _check_recurrent(module)
+    kwargs = _recurrent_kwargs(settings, qnn.QuantRNN, ("io_", "gate_acc_quant_"))
+    quant = qnn.QuantRNN(
+        module.input_size,
+        module.hidden_size,
+        nonlinearity=module.nonlinearity,
+        **_recurrent_common(module),
+        **kwargs,
+    )
+    quant.load_state_dict(module.state_dict())
+    return quant
+
+
+def _lstm(module: nn.LSTM, settings: LayerSettings) -> nn.Module:
+    _check_recurrent(module)
+    acts = ("io_", "gate_acc_", "sigmoid_", "tanh_", "cell_state_")
+    kwargs = _recurrent_kwargs(settings, qnn.QuantLSTM, acts)
+    quant = qnn.QuantLSTM(
+        module.input_size, module.hidden_size, **_recurrent_common(module), **kwargs
+    )
+    quant.load_state_dict(module.state_dict())
+    return quant
+
+
+# The attention's quantizers enabled by default, which get the activation bit width.
+_MHA_ACT_PREFIXES = (
+    "in_proj_input_",
+    "attn_output_weights_",
+    "q_scaled_",
+    "k_transposed_",
+    "v_",
+    "out_proj_input_",
+)
+
+
+def _multihead_attention(module: nn.MultiheadAttention, settings: LayerSettings) -> nn.Module:
+    weights = ("in_proj_", "out_proj_")
+    bits = {p + "weight_bit_width": settings.bits_weights for p in weights}
+    bits.update({p + "bit_width": settings.bits_activations for p in _MHA_ACT_PREFIXES})
+    quant = qnn.QuantMultiheadAttention(
+        module.embed_dim,
+        module.num_heads,
+        dropout=module.dropout,
+        bias=module.in_proj_bias is not None,
+        add_bias_kv=module.bias_k is not None,
+        add_zero_attn=module.add_zero_attn,
+        kdim=module.kdim,
+        vdim=module.vdim,
+        batch_first=module.batch_first,
+        device=module.out_proj.weight.device,
+        dtype=module.out_proj.weight.dtype,
+        **bits,
+        **_defaults_for_weights(settings, weights),
+        **settings.prefixed_layer_kwargs(qnn.QuantMultiheadAttention._prefixes),
+    )
+    quant.load_state_dict(module.state_dict())
+    # The packed projections are laid out as the float module's: its Parameters themselves.
+    if quant.in_proj is not None:
+        quant.in_proj.weight = module.in_proj_weight
+        if module.in_proj_bias is not None:
+            quant.in_proj.bias = module.in_proj_bias
+    _adopt_parameters(quant.out_proj, module.out_proj)
+    return quant
+
+
 def default_replacement_factory() -> ReplacementFactory:
     """A new dict (callers may change it): the float types brevitas_cpp.nn has layers for."""
     return {
@@ -126,4 +248,7 @@ def default_replacement_factory() -> ReplacementFactory:
         nn.Hardtanh: _hardtanh,
         nn.Sigmoid: _activation(qnn.QuantSigmoid),
         nn.Tanh: _activation(qnn.QuantTanh),
+        nn.RNN: _rnn,
+        nn.LSTM: _lstm,
+        nn.MultiheadAttention: _multihead_attention,
     }

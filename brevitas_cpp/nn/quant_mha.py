@@ -75,6 +75,9 @@ def _data_ptr(t: Any) -> int:
 class QuantMultiheadAttention(nn.Module):
     """Brevitas's QuantMultiheadAttention (see the module docstring)."""
 
+    # The keyword prefixes of its quantized parts (as QuantRNN's and QuantLSTM's _prefixes).
+    _prefixes = _PREFIXES
+
     def __init__(
         self,
         embed_dim: int,
@@ -280,6 +283,16 @@ class QuantMultiheadAttention(nn.Module):
             return q, k, v
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
+    @property
+    def in_proj_bias(self) -> Optional[Tensor]:
+        """nn.MultiheadAttention's packed input-projection bias (None without bias): what torch's
+        Transformer layers read to decide on their fused inference path (which a quantized
+        attention never takes, see brevitas_cpp.graph)."""
+        if self.in_proj is not None:
+            return self.in_proj.bias
+        biases = [proj.bias for proj in (self.q_proj, self.k_proj, self.v_proj)]
+        return None if biases[0] is None else torch.cat(biases)
+
     # ---- forward ----
 
     def forward(
@@ -291,9 +304,17 @@ class QuantMultiheadAttention(nn.Module):
         need_weights: bool = True,
         attn_mask: Optional[Tensor] = None,
         average_attn_weights: bool = True,
+        is_causal: bool = False,
     ) -> Tuple[Any, Optional[Tensor]]:
         if any(getattr(t, "is_nested", False) for t in (query, key, value)):
             raise RuntimeError("QuantMultiheadAttention: nested tensors are not supported")
+        if is_causal and attn_mask is None:
+            # As nn.MultiheadAttention: is_causal is a hint that attn_mask is the causal mask,
+            # which is what is applied (the numbers are those of the mask).
+            raise RuntimeError(
+                "QuantMultiheadAttention: is_causal=True needs attn_mask (the causal mask itself); "
+                "is_causal is only a hint, as in nn.MultiheadAttention"
+            )
         batched = self._check_inputs(query, key, value, key_padding_mask, attn_mask)
         if self.batch_first and batched:
             # Transposed together, so that query is key is value still holds for the packed path.

@@ -213,8 +213,18 @@ class QuantLSTM(QuantRecurrentStackBase):
         self.cat_output_cell_states = cat_output_cell_states
 
     def forward(
-        self, inp: Any, hx: Optional[Tensor] = None, cx: Optional[Tensor] = None
+        self, inp: Any, hx: Optional[Any] = None, cx: Optional[Tensor] = None
     ) -> Tuple[Any, Tuple[Any, Any]]:
+        """forward(inp, hx, cx) as Brevitas's QuantLSTM, or forward(inp, (hx, cx)) as
+        nn.LSTM (so that a model written for nn.LSTM runs with this layer in its place)."""
+        if isinstance(hx, (tuple, list)):
+            if cx is not None or len(hx) != 2:
+                raise TypeError(
+                    "QuantLSTM: the initial state is given either as hx and cx, or as one "
+                    f"(hx, cx) pair as nn.LSTM takes it; got a {len(hx)}-element "
+                    f"{type(hx).__name__}{' and cx' if cx is not None else ''}"
+                )
+            hx, cx = hx
         self._check_input(inp)
         self._check_state(inp, hx, "hx")
         self._check_state(inp, cx, "cx")

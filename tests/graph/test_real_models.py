@@ -132,10 +132,11 @@ def test_transformer_encoder_linears_are_quantized():
     layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True)
     model = nn.Sequential(layer)
     Quantizer(model).prepare_model()
-    # The feed-forward linears are replaced; attention's out_proj (a Linear subclass the
-    # attention reads directly) stays float.
+    # The feed-forward linears are replaced, and the attention as a whole (its out_proj, a
+    # Linear subclass the float attention reads directly, is never replaced on its own).
     assert isinstance(layer.linear1, qnn.QuantLinear) and isinstance(layer.linear2, qnn.QuantLinear)
-    assert type(layer.self_attn.out_proj) is not qnn.QuantLinear
+    assert type(layer.self_attn) is qnn.QuantMultiheadAttention
+    assert type(layer.self_attn.out_proj) is qnn.QuantLinear
     x = torch.randn(2, 5, 16)
     model.train()
     out = model(x)

@@ -88,4 +88,19 @@ def all_reduce_stats(stats: Tensor) -> Tensor:
     """stats averaged over the ranks of the statistics group, as a new tensor; an exact copy
     when there is a single rank, torch.distributed is not initialised, or syncing is off.
     Plain and scriptable: scripted blocks call the op directly."""
+    if not torch.jit.is_scripting():  # (a branch TorchScript does not compile)
+        if _single_process_auto(stats):
+            # What the op returns here, without its look-up of the world group in c10d's
+            # registry, which fails by throwing (about 10 us on every statistics call).
+            return stats.clone(memory_format=torch.contiguous_format)
     return torch.ops.brevitas_cpp.stats_all_reduce_mean(stats)
+
+
+def _single_process_auto(stats: Tensor) -> bool:
+    """Whether the op would copy stats because no group is asked for by name and Python's
+    torch.distributed is not initialised (a floating stats: anything else goes to the op,
+    which refuses it by name)."""
+    if not stats.is_floating_point() or (dist.is_available() and dist.is_initialized()):
+        return False
+    _, group_name = torch.ops.brevitas_cpp._get_stats_sync()
+    return group_name is None

@@ -69,6 +69,31 @@ def test_no_process_group_gives_an_exact_copy_with_identity_gradient(layout):
     assert torch.equal(stats.grad, weight)
 
 
+def test_single_process_copy_skips_the_group_lookup():
+    """Without torch.distributed and without a named group the copy is made in Python (no
+    op call, whose failed group look-up throws); a named group still goes to the op, which
+    refuses a name no live group has."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    stats = torch.randn(3, 4).t()
+    with Calls() as calls:
+        out = distributed.all_reduce_stats(stats)
+    assert not any("stats_all_reduce_mean" in n for n in calls.names)
+    assert torch.equal(out, stats) and out.is_contiguous() and out.data_ptr() != stats.data_ptr()
+    OPS._set_stats_sync(True, "no-such-group")
+    with pytest.raises(RuntimeError, match="names no registered process group"):
+        distributed.all_reduce_stats(stats)
+
+
 def test_every_float_dtype_bit_for_bit_and_empty():
     for dtype, bits in (
         (torch.float32, torch.int32),

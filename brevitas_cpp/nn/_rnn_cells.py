@@ -9,6 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from brevitas_cpp.core.bit_width import BitWidthConst
+from brevitas_cpp.core.quant import RescalingIntQuant
+from brevitas_cpp.core.scaling import ParameterFromRuntimeStatsScaling
+from brevitas_cpp.core.zero_point import ZeroZeroPoint
+
 # What a quantizer gives the time loop: the value and, when quantized, its metadata.
 _OptTuple = Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]
 
@@ -31,11 +36,89 @@ class _NoQuant(nn.Module):
         return x, None, None, None
 
 
+# (scale, zero_point, bit_width) of a quantizer fixed for a whole sequence.
+_Frozen = Optional[Tuple[Tensor, Tensor, Tensor]]
+
+
+class _StepQuant(nn.Module):
+    """A quantizer of the time loop that works everything out on every step (Brevitas's fast
+    cell calls the same fused module)."""
+
+    def __init__(self, fused: nn.Module) -> None:
+        super().__init__()
+        self.fused = fused
+
+    def frozen(self) -> _Frozen:
+        return None
+
+    def forward(self, x: Tensor, frozen: _Frozen) -> _OptTuple:
+        return self.fused(x)
+
+    def tensor_quant_only(self, x: Tensor) -> _OptTuple:
+        return self.fused.tensor_quant(x)
+
+
+class _SequenceQuant(nn.Module):
+    """A quantizer whose scale, zero point and bit width do not depend on its input once its
+    statistics are in (the stock activation quantizer: a learned scale initialised from runtime
+    statistics, zero point 0): in the learned phase they are computed once per sequence
+    (frozen()) instead of once per time step, with the same values. Only the gradient of the
+    learned scale is summed over the steps before its division by the threshold rather than
+    after, which moves it by rounding only. During the statistics phase frozen() is None and
+    every step runs the whole quantizer, as Brevitas's loop does."""
+
+    def __init__(self, fused: nn.Module) -> None:
+        super().__init__()
+        self.fused = fused
+
+    def frozen(self) -> _Frozen:
+        tensor_quant = self.fused.tensor_quant
+        scaling = tensor_quant.scaling_impl
+        if (
+            tensor_quant.observer_only
+            or not scaling.training
+            or scaling.counter <= scaling.collect_stats_steps
+        ):
+            return None
+        bit_width = tensor_quant.msb_clamp_bit_width_impl()
+        if tensor_quant.int_threshold_is_const:
+            threshold = tensor_quant.const_int_threshold.value
+        else:
+            threshold = tensor_quant.int_scaling_impl(bit_width)
+        scale = scaling._learned_scale(threshold)
+        return scale, tensor_quant.zero_point_impl.zero_point.value.detach(), bit_width
+
+    def forward(self, x: Tensor, frozen: _Frozen) -> _OptTuple:
+        if frozen is None:
+            return self.fused(x)
+        scale, zero_point, bit_width = frozen
+        y = self.fused.activation_impl(x)
+        y = self.fused.tensor_quant.int_quant(scale, zero_point, bit_width, y)
+        return y, scale, zero_point, bit_width
+
+    def tensor_quant_only(self, x: Tensor) -> _OptTuple:
+        return self.fused.tensor_quant(x)
+
+
 def _fused(proxy: nn.Module) -> nn.Module:
     """What the time loop calls for an activation proxy: its activation fused with its quantizer
-    (Brevitas's fast cell calls the same module), or _NoQuant when it has neither."""
+    (Brevitas's fast cell calls the same module), or _NoQuant when it has neither; wrapped in
+    _SequenceQuant when its metadata can be computed once per sequence, else in _StepQuant."""
     fused = proxy.fused_activation_quant_proxy
-    return _NoQuant() if fused is None else fused
+    if fused is None:
+        return _StepQuant(_NoQuant())
+    return _SequenceQuant(fused) if _freezes_per_sequence(fused) else _StepQuant(fused)
+
+
+def _freezes_per_sequence(fused: nn.Module) -> bool:
+    """The stock activation quantizer, by exact types (a subclass may compute otherwise)."""
+    tensor_quant = fused.tensor_quant
+    return (
+        type(tensor_quant) is RescalingIntQuant
+        and type(tensor_quant.scaling_impl) is ParameterFromRuntimeStatsScaling
+        and type(tensor_quant.zero_point_impl) is ZeroZeroPoint
+        and type(tensor_quant.msb_clamp_bit_width_impl) is BitWidthConst
+    )
 
 
 class _QuantRNNCell(nn.Module):
@@ -69,13 +152,15 @@ class _QuantRNNCell(nn.Module):
         inputs = quant_input.unbind(1 if self.batch_first else 0)
         steps = len(inputs)
         outputs: List[_OptTuple] = []
+        gate_acc_frozen = self.gate_acc_quant.frozen()
+        output_frozen = self.output_quant.frozen()
         for i in range(steps):
             t = steps - 1 - i if self.reverse_input else i
             gate_ih = F.linear(inputs[t], quant_weight_ih)
             gate_hh = F.linear(quant_state, quant_weight_hh)
-            gate = self.gate_acc_quant(gate_ih + gate_hh + quant_bias)[0]
+            gate = self.gate_acc_quant(gate_ih + gate_hh + quant_bias, gate_acc_frozen)[0]
             gate = self.act_fn(gate)
-            value, scale, zero_point, bit_width = self.output_quant(gate)
+            value, scale, zero_point, bit_width = self.output_quant(gate, output_frozen)
             outputs.append((value, scale, zero_point, bit_width))
             quant_state = value
         return outputs
@@ -126,32 +211,54 @@ class _QuantLSTMCell(nn.Module):
         steps = len(inputs)
         hidden_states: List[_OptTuple] = []
         cell_tuple: _OptTuple = (quant_cell_state, None, None, None)
+        # Metadata fixed for the sequence (learned phase), else None: computed on every step.
+        f_input_acc = self.input_acc_quant.frozen()
+        f_forget_acc = self.forget_acc_quant.frozen()
+        f_cell_acc = self.cell_acc_quant.frozen()
+        f_output_acc = self.output_acc_quant.frozen()
+        f_input_sigmoid = self.input_sigmoid_quant.frozen()
+        f_forget_sigmoid = self.forget_sigmoid_quant.frozen()
+        f_cell_tanh = self.cell_tanh_quant.frozen()
+        f_output_sigmoid = self.output_sigmoid_quant.frozen()
+        f_cell_state = self.cell_state_quant.frozen()
+        f_hidden_tanh = self.hidden_state_tanh_quant.frozen()
+        f_output = self.output_quant.frozen()
         for i in range(steps):
             t = steps - 1 - i if self.reverse_input else i
             x = inputs[t]
             h = quant_hidden_state
-            input_gate = self.input_acc_quant(F.linear(x, w_ii) + F.linear(h, w_hi) + b_i)[0]
-            input_gate = self.input_sigmoid_quant(input_gate)[0]
+            input_gate = self.input_acc_quant(
+                F.linear(x, w_ii) + F.linear(h, w_hi) + b_i, f_input_acc
+            )[0]
+            input_gate = self.input_sigmoid_quant(input_gate, f_input_sigmoid)[0]
             if self.cifg:
                 # The input sigmoid's quantizer alone (its statistics see the ones, as in
                 # Brevitas), so that 1 lies on the input gate's grid.
-                ones = self.input_sigmoid_quant.tensor_quant(torch.ones_like(input_gate))[0]
+                ones = self.input_sigmoid_quant.tensor_quant_only(torch.ones_like(input_gate))[0]
                 forget_gate = ones - input_gate
             else:
-                forget_gate = self.forget_acc_quant(F.linear(x, w_if) + F.linear(h, w_hf) + b_f)[0]
-                forget_gate = self.forget_sigmoid_quant(forget_gate)[0]
-            cell_gate = self.cell_acc_quant(F.linear(x, w_ic) + F.linear(h, w_hc) + b_c)[0]
-            cell_gate = self.cell_tanh_quant(cell_gate)[0]
-            out_gate = self.output_acc_quant(F.linear(x, w_io) + F.linear(h, w_ho) + b_o)[0]
-            out_gate = self.output_sigmoid_quant(out_gate)[0]
-            forget_cell = self.cell_state_quant(forget_gate * quant_cell_state)[0]
-            input_cell = self.cell_state_quant(input_gate * cell_gate)[0]
+                forget_gate = self.forget_acc_quant(
+                    F.linear(x, w_if) + F.linear(h, w_hf) + b_f, f_forget_acc
+                )[0]
+                forget_gate = self.forget_sigmoid_quant(forget_gate, f_forget_sigmoid)[0]
+            cell_gate = self.cell_acc_quant(
+                F.linear(x, w_ic) + F.linear(h, w_hc) + b_c, f_cell_acc
+            )[0]
+            cell_gate = self.cell_tanh_quant(cell_gate, f_cell_tanh)[0]
+            out_gate = self.output_acc_quant(
+                F.linear(x, w_io) + F.linear(h, w_ho) + b_o, f_output_acc
+            )[0]
+            out_gate = self.output_sigmoid_quant(out_gate, f_output_sigmoid)[0]
+            forget_cell = self.cell_state_quant(forget_gate * quant_cell_state, f_cell_state)[0]
+            input_cell = self.cell_state_quant(input_gate * cell_gate, f_cell_state)[0]
             c_value, c_scale, c_zero_point, c_bit_width = self.cell_state_quant(
-                forget_cell + input_cell
+                forget_cell + input_cell, f_cell_state
             )
             cell_tuple = (c_value, c_scale, c_zero_point, c_bit_width)
-            hidden_tanh = self.hidden_state_tanh_quant(c_value)[0]
-            h_value, h_scale, h_zero_point, h_bit_width = self.output_quant(out_gate * hidden_tanh)
+            hidden_tanh = self.hidden_state_tanh_quant(c_value, f_hidden_tanh)[0]
+            h_value, h_scale, h_zero_point, h_bit_width = self.output_quant(
+                out_gate * hidden_tanh, f_output
+            )
             hidden_states.append((h_value, h_scale, h_zero_point, h_bit_width))
             quant_hidden_state = h_value
             quant_cell_state = c_value

@@ -447,3 +447,74 @@ def test_gate_accumulator_scale_starts_from_its_statistic() -> None:
     assert scaling.value.item() == 1.0  # untouched by reset_parameters
     model(torch.randn(5, 2, 3))  # 3 statistics steps, then the learned phase begins
     assert scaling.value.item() == scaling.buffer.item() > 0
+
+
+# ---- the learned phase: quantizer metadata computed once per sequence ---------------------------
+
+
+class _Calls(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names: List[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _short_warmup(cls: type, **kwargs: Any) -> nn.Module:
+    torch.manual_seed(4)
+    prefixes = cls._prefixes[2:]  # the activation quantizers (after weight_ and bias_)
+    warmup = {p + "collect_stats_steps": 2 for p in prefixes}
+    return cls(3, 4, bidirectional=True, **warmup, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs",
+    [
+        (qnn.QuantLSTM, {}),
+        (qnn.QuantLSTM, {"coupled_input_forget_gates": True}),
+        (qnn.QuantRNN, {}),
+    ],
+    ids=["lstm", "lstm_cifg", "rnn"],
+)
+def test_sequence_metadata_equals_every_step(monkeypatch, cls, kwargs):
+    """Past the statistics phase the time loop computes each quantizer's scale once per
+    sequence: outputs and states bit for bit as when every step computes it, the learned
+    scales' gradients equal up to the order of their sums, and the scale chain runs once per
+    quantizer per forward instead of once per call."""
+    from brevitas_cpp.nn import _rnn_cells
+
+    x = torch.randn(6, 2, 3, generator=torch.Generator().manual_seed(5))
+    fast, slow = _short_warmup(cls, **kwargs), _short_warmup(cls, **kwargs)
+    for _ in range(3):  # statistics phase (2 calls per quantizer and more), then learned
+        fast(x)
+    # slow's time loops are built (on its first forward) computing on every step.
+    monkeypatch.setattr(_rnn_cells, "_freezes_per_sequence", lambda fused: False)
+    for _ in range(3):
+        slow(x)
+    monkeypatch.undo()
+    step_loop = slow.layers[0][0].fast_cell()
+    for name in slow.layers[0][0]._cell_quants():
+        quant = getattr(step_loop, name)  # a scripted module keeps its class as original_name
+        assert getattr(quant, "original_name", type(quant).__name__) == "_StepQuant", name
+    for step in range(2):
+        outs = [flatten(model(x)) for model in (fast, slow)]
+        for key in outs[0]:
+            assert torch.equal(outs[0][key], outs[1][key]), (step, key)
+        for model in (fast, slow):
+            model.zero_grad()
+            sum(v.float().square().sum() for v in flatten(model(x)).values()).backward()
+        for (name, a), (_, b) in zip(fast.named_parameters(), slow.named_parameters()):
+            assert (a.grad is None) == (b.grad is None), name
+            if a.grad is not None:
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-9, msg=name)
+    if config.JIT_ENABLED:
+        return  # the scripted loop's calls are not seen by a dispatch mode's Python frames
+    with _Calls() as fast_calls:
+        fast(x)
+    with _Calls() as slow_calls:
+        slow(x)
+    clamp = "brevitas_cpp.scalar_signed_clamp_min_ste.default"
+    # (the input quantizer, outside the loop, and CIFG's ones still run on every call)
+    assert fast_calls.names.count(clamp) < slow_calls.names.count(clamp) / 2

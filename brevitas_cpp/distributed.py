@@ -89,11 +89,17 @@ def all_reduce_stats(stats: Tensor) -> Tensor:
     when there is a single rank, torch.distributed is not initialised, or syncing is off.
     Plain and scriptable: scripted blocks call the op directly."""
     if not torch.jit.is_scripting():  # (a branch TorchScript does not compile)
-        if _single_process_auto(stats):
+        # Not while tracing or compiling either: the graph must keep the op, which decides on
+        # every run (the process group may be initialised after the model is traced).
+        if _eager_call() and _single_process_auto(stats):
             # What the op returns here, without its look-up of the world group in c10d's
             # registry, which fails by throwing (about 10 us on every statistics call).
             return stats.clone(memory_format=torch.contiguous_format)
     return torch.ops.brevitas_cpp.stats_all_reduce_mean(stats)
+
+
+def _eager_call() -> bool:
+    return not torch.jit.is_tracing() and not torch.compiler.is_compiling()
 
 
 def _single_process_auto(stats: Tensor) -> bool:

@@ -48,13 +48,16 @@ class LayerSettings:
         self.used_keywords.update(taken)
         return {"weight_bit_width": self.bits_weights, **self.weight_defaults, **taken}
 
-    def prefixed_layer_kwargs(self, prefixes: Tuple[str, ...]) -> Dict[str, Any]:
+    def prefixed_layer_kwargs(
+        self, prefixes: Tuple[str, ...], names: Tuple[str, ...] = ()
+    ) -> Dict[str, Any]:
         """The override's keywords a layer of several named quantizers takes (a recurrent or
-        attention layer: io_*, gate_acc_*, in_proj_*, ...), recorded as taken."""
+        attention layer: io_*, gate_acc_*, in_proj_*, ..., and its own options named in
+        ``names``), recorded as taken."""
         taken = {
             k: v
             for k, v in self.keywords.items()
-            if k.startswith(prefixes) or k in _EVERY_LAYER_KEYS
+            if k.startswith(prefixes) or k in names or k in _EVERY_LAYER_KEYS
         }
         self.used_keywords.update(taken)
         return taken

@@ -127,6 +127,8 @@ class Quantizer:
             raise RuntimeError("Quantizer.prepare_model: the model is already prepared")
         params_before = {id(p) for p in self.model.parameters()}
         new_by_old: Dict[int, nn.Module] = {}
+        # Each replacement with the float module's Parameters, for the optimizer's groups.
+        origins: List[Tuple[nn.Module, List[nn.Parameter]]] = []
         # Listed first, replaced after: the walk does not see the modules it inserts.
         places = [
             (name, module)
@@ -152,6 +154,7 @@ class Quantizer:
                 if quant is None:
                     continue
                 new_by_old[id(module)] = quant
+                origins.append((quant, list(module.parameters())))
             swaps.append((name, quant))
         root = self.model
         for name, quant in swaps:
@@ -163,7 +166,7 @@ class Quantizer:
         self.model = root
         _disable_fused_fast_paths(root)
         self._report_unused_overrides()
-        self._update_optimizer(params_before)
+        self._update_optimizer(params_before, origins)
         self.prepared = True
         return root
 
@@ -206,15 +209,32 @@ class Quantizer:
                     f"activation layers the unprefixed ones and input_*)"
                 )
 
-    def _update_optimizer(self, params_before: set) -> None:
+    def _update_optimizer(
+        self, params_before: set, origins: List[Tuple[nn.Module, List[nn.Parameter]]]
+    ) -> None:
+        """New Parameters into the optimizer: a layer's own (an LSTM's per-gate weights, split
+        attention projections: copies of float ones) into the group of the float module's, so
+        that they keep its hyperparameters; the quantizers' (learned scales, ...) into a group
+        of quant_param_group. (The float originals stay in their group, without gradients.)"""
         if self.optimizer is None:
             return
-        in_optimizer = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
-        new = [
-            p
-            for p in self.model.parameters()
-            if id(p) not in params_before and id(p) not in in_optimizer
-        ]
+        groups = self.optimizer.param_groups
+        placed = {id(p) for group in groups for p in group["params"]} | params_before
+        for quant, float_params in origins:
+            floats = {id(p) for p in float_params}
+            group = next((g for g in groups if any(id(p) in floats for p in g["params"])), None)
+            if group is None:
+                continue
+            # A quantizer's learned state lives under its tensor_quant (a proxy may also
+            # reach the weight it quantizes, so the proxies themselves do not tell).
+            own = [
+                p
+                for name, p in quant.named_parameters()
+                if id(p) not in placed and "tensor_quant" not in name.split(".")
+            ]
+            group["params"].extend(own)
+            placed.update(id(p) for p in own)
+        new = [p for p in self.model.parameters() if id(p) not in placed]
         if new:
             self.optimizer.add_param_group({"params": new, **self.quant_param_group})
 

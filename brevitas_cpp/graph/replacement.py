@@ -17,8 +17,11 @@ width and every activation quantizer the layer enables by default the activation
 override's keywords with those prefixes are passed on, and the quantizer's weight_*/bias_*
 defaults go to each weight (in_proj_weight_* and out_proj_weight_* for attention). Their float
 weights are loaded exactly from the float module's state_dict; an RNN or LSTM keeps one weight
-per gate, so its Parameters are new objects (Quantizer(optimizer=...) adds them to the
-optimizer), while attention adopts the packed in_proj and out_proj Parameters themselves.
+per gate, and attention separate q/k/v projections by default (they serve cross-attention too;
+``packed_in_proj=True`` in an override packs them), so those Parameters are new objects, which
+Quantizer(optimizer=...) puts in the optimizer group of the float module's; attention adopts its
+out_proj (and a packed in_proj) Parameters themselves. An override may also set the layers' own
+options (``coupled_input_forget_gates``, the ``shared_*`` flags, ``packed_in_proj``, ...).
 """
 
 from typing import Any, Callable, Dict, Tuple
@@ -129,15 +132,31 @@ def _defaults_for_weights(settings: LayerSettings, weight_prefixes: Tuple[str, .
     return out
 
 
+# The layers' own options an override may set (their quantizer keywords go by prefix).
+_RNN_OPTIONS = ("gate_acc_quant", "shared_input_hidden_weights")
+_LSTM_OPTIONS = (
+    "coupled_input_forget_gates",
+    "cat_output_cell_states",
+    "shared_input_hidden_weights",
+    "shared_intra_layer_weight_quant",
+    "shared_intra_layer_gate_acc_quant",
+    "shared_cell_state_quant",
+)
+_MHA_OPTIONS = ("packed_in_proj",)
+
+
 def _recurrent_kwargs(
-    settings: LayerSettings, quant_class: type, act_prefixes: Tuple[str, ...]
+    settings: LayerSettings,
+    quant_class: type,
+    act_prefixes: Tuple[str, ...],
+    options: Tuple[str, ...],
 ) -> Dict[str, Any]:
     bits = {"weight_bit_width": settings.bits_weights}
     bits.update({prefix + "bit_width": settings.bits_activations for prefix in act_prefixes})
     return {
         **bits,
         **_defaults_for_weights(settings, ("",)),
-        **settings.prefixed_layer_kwargs(quant_class._prefixes),
+        **settings.prefixed_layer_kwargs(quant_class._prefixes, options),
     }
 
 
@@ -168,7 +187,7 @@ def _recurrent_common(module: nn.RNNBase) -> Dict[str, Any]:
 
 def _rnn(module: nn.RNN, settings: LayerSettings) -> nn.Module:
     _check_recurrent(module)
-    kwargs = _recurrent_kwargs(settings, qnn.QuantRNN, ("io_", "gate_acc_quant_"))
+    kwargs = _recurrent_kwargs(settings, qnn.QuantRNN, ("io_", "gate_acc_quant_"), _RNN_OPTIONS)
     quant = qnn.QuantRNN(
         module.input_size,
         module.hidden_size,
@@ -183,7 +202,12 @@ def _rnn(module: nn.RNN, settings: LayerSettings) -> nn.Module:
 def _lstm(module: nn.LSTM, settings: LayerSettings) -> nn.Module:
     _check_recurrent(module)
     acts = ("io_", "gate_acc_", "sigmoid_", "tanh_", "cell_state_")
-    kwargs = _recurrent_kwargs(settings, qnn.QuantLSTM, acts)
+    kwargs = _recurrent_kwargs(settings, qnn.QuantLSTM, acts, _LSTM_OPTIONS)
+    if kwargs.get("coupled_input_forget_gates"):
+        raise ValueError(
+            "coupled_input_forget_gates=True drops the forget gate, so the float LSTM's "
+            "weights have no QuantLSTM to load into; build that layer by hand"
+        )
     quant = qnn.QuantLSTM(
         module.input_size, module.hidden_size, **_recurrent_common(module), **kwargs
     )
@@ -206,6 +230,13 @@ def _multihead_attention(module: nn.MultiheadAttention, settings: LayerSettings)
     weights = ("in_proj_", "out_proj_")
     bits = {p + "weight_bit_width": settings.bits_weights for p in weights}
     bits.update({p + "bit_width": settings.bits_activations for p in _MHA_ACT_PREFIXES})
+    # Separate q/k/v projections by default: they serve cross-attention too (a decoder's
+    # multihead_attn(x, memory, memory)), which the packed one does not; packed_in_proj=True
+    # in an override packs them for a self-attention-only module.
+    keywords = {"packed_in_proj": False}
+    keywords.update(
+        settings.prefixed_layer_kwargs(qnn.QuantMultiheadAttention._prefixes, _MHA_OPTIONS)
+    )
     quant = qnn.QuantMultiheadAttention(
         module.embed_dim,
         module.num_heads,
@@ -220,10 +251,10 @@ def _multihead_attention(module: nn.MultiheadAttention, settings: LayerSettings)
         dtype=module.out_proj.weight.dtype,
         **bits,
         **_defaults_for_weights(settings, weights),
-        **settings.prefixed_layer_kwargs(qnn.QuantMultiheadAttention._prefixes),
+        **keywords,
     )
     quant.load_state_dict(module.state_dict())
-    # The packed projections are laid out as the float module's: its Parameters themselves.
+    # Laid out as the float module's (out_proj, and in_proj when packed): its Parameters.
     if quant.in_proj is not None:
         quant.in_proj.weight = module.in_proj_weight
         if module.in_proj_bias is not None:

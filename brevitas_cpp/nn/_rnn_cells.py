@@ -110,6 +110,16 @@ def _fused(proxy: nn.Module) -> nn.Module:
     return _SequenceQuant(fused) if _freezes_per_sequence(fused) else _StepQuant(fused)
 
 
+def _fused_key(fused: Optional[nn.Module]) -> Tuple[int, ...]:
+    """The identity of a fused module and of the blocks _fused decides on."""
+    tensor_quant = getattr(fused, "tensor_quant", None)
+    blocks = [fused, tensor_quant] + [
+        getattr(tensor_quant, name, None)
+        for name in ("scaling_impl", "zero_point_impl", "msb_clamp_bit_width_impl")
+    ]
+    return tuple(id(block) for block in blocks)
+
+
 def _freezes_per_sequence(fused: nn.Module) -> bool:
     """The stock activation quantizer, by exact types (a subclass may compute otherwise)."""
     tensor_quant = fused.tensor_quant

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from brevitas_cpp import config
 from brevitas_cpp.quant_tensor import IntQuantTensor, _unpack_quant_tensor
 
-from ._rnn_cells import _fused, _OptTuple
+from ._rnn_cells import _fused, _fused_key, _OptTuple
 from ._rnn_gates import _GATE_TENSOR, GateParams
 
 
@@ -76,7 +76,10 @@ class _QuantRecurrentLayer(nn.Module):
         """The time loop over the current fused modules (rebuilt when a proxy rebuilt its
         quantizer, e.g. on sharing or state_dict load); scripted with BREVITAS_JIT=1."""
         quants = self._cell_quants()
-        key = tuple(id(getattr(self.cell, name).fused_activation_quant_proxy) for name in quants)
+        # The blocks _fused decides on are part of the key: replacing one (eager mode) rebuilds.
+        key = tuple(
+            _fused_key(getattr(self.cell, name).fused_activation_quant_proxy) for name in quants
+        )
         cache = self.__dict__.get("_fast_cell_cache")
         if cache is None or cache[0] != key:
             cell = self._make_cell({n: _fused(getattr(self.cell, n)) for n in quants})

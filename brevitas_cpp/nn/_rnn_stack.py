@@ -189,9 +189,11 @@ class QuantRecurrentStackBase(nn.Module):
 
 
 def _add_bias(state_dict: Dict[str, Any], key: str, hidden_size: int, value: Tensor) -> None:
-    # bias_ih + bias_hh, summed into zeros of the default dtype as Brevitas does.
+    # bias_ih + bias_hh, summed into zeros of the default dtype as Brevitas does (float32 sums
+    # stay Brevitas's), or of the biases' own when wider (float64 loses nothing), on their device.
     if key not in state_dict:
-        state_dict[key] = torch.zeros(hidden_size)
+        dtype = torch.promote_types(torch.get_default_dtype(), value.dtype)
+        state_dict[key] = torch.zeros(hidden_size, dtype=dtype, device=value.device)
     state_dict[key].add_(value)
 
 

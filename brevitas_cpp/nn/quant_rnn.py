@@ -45,6 +45,7 @@ from brevitas_cpp.quant import (
     Int32Bias,
     Uint8ActPerTensorFloat,
 )
+from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
 from ._rnn_args import _check_bool
 from ._rnn_gates import GateParams, GateWeight
@@ -107,6 +108,7 @@ class QuantRNN(QuantRecurrentStackBase):
     def forward(self, inp: Any, hx: Optional[Tensor] = None) -> Tuple[Any, Any]:
         self._check_input(inp)
         self._check_state(inp, hx, "hx")
+        hx = _state_values(hx)
         output_states = []
         out = inp
         for index, layer in enumerate(self.layers):
@@ -217,7 +219,8 @@ class QuantLSTM(QuantRecurrentStackBase):
     ) -> Tuple[Any, Tuple[Any, Any]]:
         """forward(inp, hx, cx) as Brevitas's QuantLSTM, or forward(inp, (hx, cx)) as
         nn.LSTM (so that a model written for nn.LSTM runs with this layer in its place)."""
-        if isinstance(hx, (tuple, list)):
+        # (an IntQuantTensor is a NamedTuple too: a quantized hx is one state, not a pair)
+        if isinstance(hx, (tuple, list)) and not isinstance(hx, QuantTensor):
             if cx is not None or len(hx) != 2:
                 raise TypeError(
                     "QuantLSTM: the initial state is given either as hx and cx, or as one "
@@ -228,6 +231,7 @@ class QuantLSTM(QuantRecurrentStackBase):
         self._check_input(inp)
         self._check_state(inp, hx, "hx")
         self._check_state(inp, cx, "cx")
+        hx, cx = _state_values(hx), _state_values(cx)
         hidden_states: List[Any] = []
         cell_states: List[Any] = []
         out = inp
@@ -263,3 +267,9 @@ class QuantLSTM(QuantRecurrentStackBase):
             else:
                 which = "input" if kind == "weight_ih" else "hidden"
                 state_dict[f"{params}{which}_weight.weight"] = rows
+
+
+def _state_values(state: Optional[Any]) -> Optional[Tensor]:
+    """The initial states as plain tensors, indexed per layer and direction (an IntQuantTensor
+    is a NamedTuple, whose [i] is a field, not a slice); each layer requantizes its slice."""
+    return _unpack_quant_tensor(state) if isinstance(state, QuantTensor) else state

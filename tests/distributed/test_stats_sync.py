@@ -94,6 +94,20 @@ def test_single_process_copy_skips_the_group_lookup():
         distributed.all_reduce_stats(stats)
 
 
+def test_traced_and_compiled_calls_keep_the_op():
+    """The Python shortcut is for eager calls only: a traced graph keeps the op (which decides
+    on every run whether to reduce), and so does a compiled one."""
+    traced = torch.jit.trace(lambda x: distributed.all_reduce_stats(x) * 2, torch.randn(3))
+    assert "brevitas_cpp::stats_all_reduce_mean" in str(traced.graph)
+    compiled = torch.compile(lambda x: distributed.all_reduce_stats(x) * 2, backend="eager")
+    x = torch.randn(3)
+    assert torch.equal(compiled(x), x * 2)
+    OPS._set_stats_sync(True, "no-such-group")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="names no registered process group"):
+        torch.compile(lambda x: distributed.all_reduce_stats(x) * 2, backend="eager")(x)
+
+
 def test_every_float_dtype_bit_for_bit_and_empty():
     for dtype, bits in (
         (torch.float32, torch.int32),

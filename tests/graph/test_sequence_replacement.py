@@ -142,6 +142,43 @@ def test_recurrent_settings_reach_their_quantizers():
     assert torch.equal(a, b) and torch.equal(ha, hb) and torch.equal(ca, cb)
 
 
+def test_recurrent_options_and_optimizer_groups():
+    """An override sets the layers' own options (gate_acc_quant of the RNN, the LSTM's
+    cat_output_cell_states; CIFG, which has no place for the float forget gate, is refused);
+    the new gate Parameters join the float module's optimizer group, the quantizers' learned
+    scales quant_param_group's."""
+    torch.manual_seed(8)
+    model = Recurrent()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.01)
+    overrides = {"rnn": {"gate_acc_quant": None}, "lstm": {"cat_output_cell_states": False}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no keyword reported unused
+        prepared = Quantizer(
+            model, overrides=overrides, optimizer=opt, quant_param_group={"weight_decay": 0.0}
+        ).prepare_model()
+    assert prepared.rnn.layers[0][0].cell.gate_acc_quant.fused_activation_quant_proxy is None
+    assert prepared.lstm.cat_output_cell_states is False
+    _, (_, cells) = prepared.lstm(torch.randn(4, 2, 5))
+    assert isinstance(cells, list) and len(cells) == 4  # one per layer and direction
+    groups = {id(p): g for g in opt.param_groups for p in g["params"]}
+    gate = prepared.lstm.layers[0][0].input_gate_params.input_weight.weight
+    assert groups[id(gate)]["weight_decay"] == 0.01
+    scales = [p for n, p in prepared.lstm.named_parameters() if "tensor_quant" in n]
+    assert scales and all(groups[id(p)]["weight_decay"] == 0.0 for p in scales)
+    cifg = {"lstm": {"coupled_input_forget_gates": True}}
+    with pytest.raises(ValueError, match="replacing lstm .*coupled_input_forget_gates"):
+        Quantizer(Recurrent(), overrides=cifg).prepare_model()
+
+
+def test_recurrent_float64_biases_load_exactly():
+    torch.manual_seed(9)
+    lstm = nn.LSTM(3, 4, dtype=torch.float64)
+    quant = Quantizer(nn.ModuleDict({"lstm": lstm})).prepare_model().lstm
+    bias = quant.layers[0][0].input_gate_params.bias
+    assert bias.dtype == torch.float64
+    assert torch.equal(bias, lstm.bias_ih_l0[:4] + lstm.bias_hh_l0[:4])
+
+
 def test_unsupported_recurrent_options_are_refused_by_name():
     with pytest.raises(ValueError, match=r"replacing lstm \(LSTM\).*dropout=0.2"):
         Quantizer(nn.ModuleDict({"lstm": nn.LSTM(3, 4, num_layers=2, dropout=0.2)})).prepare_model()
@@ -150,6 +187,16 @@ def test_unsupported_recurrent_options_are_refused_by_name():
     kept = nn.ModuleDict({"lstm": nn.LSTM(3, 4, proj_size=2)})
     Quantizer(kept, ignored_scopes=["lstm"]).prepare_model()
     assert type(kept.lstm) is nn.LSTM
+
+
+def test_lstm_takes_back_its_quantized_states():
+    """An IntQuantTensor is a NamedTuple: a quantized hx is one state, not an (h, c) pair."""
+    torch.manual_seed(10)
+    layer = qnn.QuantLSTM(3, 4, return_quant_tensor=True)
+    x = torch.randn(5, 2, 3)
+    first, (h, c) = layer(x)
+    out, _ = layer(x, h, c)
+    assert out.value.shape == first.value.shape
 
 
 def test_lstm_state_pair_and_separate_states_agree():
@@ -185,6 +232,7 @@ def _hand_built_attention(float_mha: nn.MultiheadAttention, bw: int, ba: int) ->
         8,
         2,
         batch_first=float_mha.batch_first,
+        packed_in_proj=False,
         in_proj_weight_bit_width=bw,
         out_proj_weight_bit_width=bw,
         out_proj_input_bit_width=ba,
@@ -232,23 +280,54 @@ def test_attention_in_an_encoder_layer_equals_hand_built(batch_first):
         assert not torch.equal(out, step(float_layer))
 
 
-def test_attention_adopts_the_packed_parameters():
+def test_attention_parameters_and_optimizer_groups():
+    """Separate q/k/v projections by default (copies of the packed float weight, put in the
+    float module's optimizer group with its hyperparameters), out_proj's Parameters adopted;
+    packed_in_proj=True in an override adopts the packed ones too."""
     torch.manual_seed(5)
     model = nn.ModuleDict({"mha": nn.MultiheadAttention(8, 2)})
     before = dict(model.mha.named_parameters())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    prepared = Quantizer(model, optimizer=opt).prepare_model()
-    mha = prepared.mha
+    packed = before["in_proj_weight"].detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.01)
+    quantizer = Quantizer(model, optimizer=opt, quant_param_group={"weight_decay": 0.0})
+    mha = quantizer.prepare_model().mha
+    assert mha.in_proj is None and mha.out_proj.weight is before["out_proj.weight"]
+    for part, rows in zip((mha.q_proj, mha.k_proj, mha.v_proj), packed.chunk(3)):
+        assert torch.equal(part.weight, rows)
+    groups = {id(p): g for g in opt.param_groups for p in g["params"]}
+    assert all(id(p) in groups for p in mha.parameters())
+    assert groups[id(mha.q_proj.weight)]["weight_decay"] == 0.01
+    scales = [p for n, p in mha.named_parameters() if "tensor_quant" in n]
+    assert scales and all(groups[id(p)]["weight_decay"] == 0.0 for p in scales)
+    model = nn.ModuleDict({"mha": nn.MultiheadAttention(8, 2)})
+    before = dict(model.mha.named_parameters())
+    mha = Quantizer(model, overrides={"mha": {"packed_in_proj": True}}).prepare_model().mha
     assert mha.in_proj.weight is before["in_proj_weight"]
-    assert mha.in_proj.bias is before["in_proj_bias"]
-    assert mha.out_proj.weight is before["out_proj.weight"]
-    assert mha.in_proj_bias is before["in_proj_bias"]
-    held = {id(p) for group in opt.param_groups for p in group["params"]}
-    assert all(id(p) in held for p in prepared.parameters())
+    assert mha.in_proj.bias is before["in_proj_bias"] and mha.in_proj_bias is before["in_proj_bias"]
     cross = nn.ModuleDict({"mha": nn.MultiheadAttention(8, 2, kdim=6, vdim=5)})
     weight = cross.mha.v_proj_weight.detach().clone()
     prepared = Quantizer(cross).prepare_model()
     assert torch.equal(prepared.mha.v_proj.weight, weight)
+
+
+def test_decoder_cross_attention_equals_hand_built():
+    """A decoder layer's multihead_attn(x, memory, memory) runs (a packed in_proj would refuse
+    it) and equals the hand-built layer."""
+    torch.manual_seed(7)
+    float_layer = nn.TransformerDecoderLayer(
+        8, 2, dim_feedforward=16, dropout=0.0, batch_first=True
+    )
+    want = copy.deepcopy(float_layer)
+    want.self_attn = _hand_built_attention(float_layer.self_attn, bw=8, ba=8)
+    want.multihead_attn = _hand_built_attention(float_layer.multihead_attn, bw=8, ba=8)
+    got = Quantizer(
+        copy.deepcopy(float_layer), ignored_scopes=["linear1", "linear2"]
+    ).prepare_model()
+    x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    for _ in range(2):
+        a, b = got(x, memory), want(x, memory)
+        assert torch.equal(a, b)
+        a.sum().backward(), b.sum().backward()
 
 
 def test_attention_is_causal_is_a_hint_for_the_mask():

@@ -159,6 +159,17 @@ class RescalingIntQuant(jit.ScriptModule):
         if not JIT_ENABLED and "fused_weight" in self.__dict__ and isinstance(value, Module):
             self._decide_weight_fusion()
 
+    def _apply(self, fn, *args, **kwargs):
+        module = super()._apply(fn, *args, **kwargs)
+        # Recomputed rather than converted: a round trip through a narrower dtype (.half()
+        # then .float()) would leave a rounded (or infinite) threshold where the bit width,
+        # a small integer, comes back exact.
+        if self.int_threshold_is_const:
+            threshold = constant_int_threshold(self.msb_clamp_bit_width_impl, self.int_scaling_impl)
+            if threshold is not None:
+                self.const_int_threshold.value = threshold
+        return module
+
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:
         bit_width = self.msb_clamp_bit_width_impl()

@@ -130,7 +130,14 @@ def _kth_index_1d(x: Tensor, k: int) -> Tensor:
     t = top if largest else k
     blocks = n // block
     body = x.narrow(0, 0, blocks * block).view(blocks, block)
-    extremes = torch.amax(body, dim=1) if largest else torch.amin(body, dim=1)
+    if largest:
+        # A NaN ranks above everything for topk, as amax propagates it: consistent.
+        extremes = torch.amax(body, dim=1)
+    else:
+        # For the smallest a NaN ranks last, but amin would make its block's extreme NaN and
+        # hide the block's real minimum: NaNs count as +inf there.
+        inf = float("inf")
+        extremes = torch.amin(torch.nan_to_num(body, nan=inf, posinf=inf, neginf=-inf), dim=1)
     chosen = torch.topk(extremes, t, largest=largest, sorted=False)[1]
     lanes = torch.arange(block, device=x.device, dtype=chosen.dtype)
     where = (chosen.unsqueeze(1) * block + lanes).view(-1)
@@ -150,7 +157,8 @@ def _kthvalue(x: Tensor, k: int, dim: int, keepdim: bool) -> Tensor:
     n = x.size(dim)
     if x.dim() == 1 and _selects_by_blocks(n, k):
         # The gradient reaches x through one gathered element, as kthvalue's would.
-        return x.index_select(0, _kth_index_1d(x.detach(), k)).squeeze(0).to(dtype)
+        value = x.index_select(0, _kth_index_1d(x.detach(), k))
+        return (value if keepdim else value.squeeze(0)).to(dtype)
     # Near either end the k-th value is the extreme of a small top-k set: topk reads x once,
     # where kthvalue copies and partitions all of it (7x slower for 2M values on the CPU). The
     # value is the same; its gradient goes to one element holding it, as kthvalue's (which one

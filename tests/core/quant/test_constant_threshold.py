@@ -98,6 +98,26 @@ def test_threshold_follows_dtype_and_is_not_state():
     fresh.load_state_dict(layer.state_dict())  # strict: nothing missing, nothing unexpected
 
 
+@pytest.mark.parametrize(
+    "bits,narrow",
+    [(16, torch.float16), (10, torch.bfloat16), (12, torch.float16), (8, torch.bfloat16)],
+)
+def test_threshold_survives_a_round_trip_through_a_narrow_dtype(bits, narrow):
+    """.half()/.bfloat16() then .float(): the bit width comes back exact, so must the threshold
+    (2^16 - 1 is infinite in float16, 2^10 - 1 rounds to 1024 in bfloat16)."""
+    layer = _act_layers("relu", bits).to(narrow).float()
+    tq = _tensor_quant(layer)
+    assert tq.const_int_threshold.value.dtype == torch.float32
+    assert tq.const_int_threshold.value.item() == 2.0**bits - 1
+    x = torch.rand(2, 3, 4, 4) * 4
+    for _ in range(4):
+        out = layer(x)
+    fresh = _act_layers("relu", bits)
+    for _ in range(4):
+        want = fresh(x)
+    assert torch.equal(out, want)
+
+
 def test_scripted_activation_layer_equals_eager():
     layer = _act_layers("identity", 8)
     x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(2))

@@ -221,6 +221,26 @@ def test_per_tensor_percentiles_near_the_ends_match_a_full_sort(case, high_q, lo
             assert torch.equal(torch.jit.script(module)(x), got)
 
 
+def test_per_tensor_low_percentile_sees_past_a_nan():
+    """A NaN ranks above every number (as for topk and kthvalue): the minimum of a block that
+    also holds a NaN is still found."""
+    x = torch.randn(6400, generator=torch.Generator().manual_seed(12))
+    x[5], x[7] = -100.0, float("nan")
+    low = NegativePercentileOrZero(0.001)(x.view(1, -1))  # k = 1: the minimum
+    assert low.item() == -100.0
+    assert torch.kthvalue(x, 1).values.item() == -100.0
+
+
+def test_one_dimensional_input_keeps_its_reduced_dim():
+    x = torch.randn(6400, generator=torch.Generator().manual_seed(13))
+    for module in (
+        NegativePercentileOrZero(0.1, stats_reduce_dim=0, keepdim=True),
+        AbsPercentile(99.9, 0, keepdim=True),
+    ):
+        assert module(x).shape == (1,)
+    assert AbsPercentile(99.9, 0)(x).shape == ()
+
+
 @pytest.mark.parametrize("q", [99.999, 99.0])
 def test_per_tensor_percentile_gradient_reaches_one_element(q):
     """Per tensor, the selected element alone gets the gradient, times its sign (through |x|),

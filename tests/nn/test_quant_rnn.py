@@ -518,3 +518,15 @@ def test_sequence_metadata_equals_every_step(monkeypatch, cls, kwargs):
     clamp = "brevitas_cpp.scalar_signed_clamp_min_ste.default"
     # (the input quantizer, outside the loop, and CIFG's ones still run on every call)
     assert fast_calls.names.count(clamp) < slow_calls.names.count(clamp) / 2
+
+
+@pytest.mark.skipif(config.JIT_ENABLED, reason="eager blocks are replaced; scripted ones are fixed")
+def test_time_loop_is_rebuilt_when_a_quantizer_block_is_replaced():
+    from brevitas_cpp.core.zero_point import ZeroZeroPoint
+
+    layer = _short_warmup(qnn.QuantRNN).layers[0][0]
+    loop = layer.fast_cell()
+    assert layer.fast_cell() is loop
+    tensor_quant = layer.cell.gate_acc_quant.fused_activation_quant_proxy.tensor_quant
+    tensor_quant.zero_point_impl = ZeroZeroPoint()
+    assert layer.fast_cell() is not loop

@@ -21,7 +21,7 @@ per gate, and attention separate q/k/v projections by default (they serve cross-
 ``packed_in_proj=True`` in an override packs them), so those Parameters are new objects, which
 Quantizer(optimizer=...) puts in the optimizer group of the float module's; attention adopts its
 out_proj (and a packed in_proj) Parameters themselves. An override may also set the layers' own
-options (``coupled_input_forget_gates``, the ``shared_*`` flags, ``packed_in_proj``, ...).
+options (``cat_output_cell_states``, the ``shared_*`` flags, ``packed_in_proj``; CIFG is refused).
 """
 
 from typing import Any, Callable, Dict, Tuple

@@ -58,7 +58,7 @@ class _StepQuant(nn.Module):
         return self.fused.tensor_quant(x)
 
 
-class _SequenceQuant(nn.Module):
+class _SequenceQuant(_StepQuant):
     """A quantizer whose scale, zero point and bit width do not depend on its input once its
     statistics are in (the stock activation quantizer: a learned scale initialised from runtime
     statistics, zero point 0): in the learned phase they are computed once per sequence
@@ -66,10 +66,6 @@ class _SequenceQuant(nn.Module):
     learned scale is summed over the steps before its division by the threshold rather than
     after, which moves it by rounding only. During the statistics phase frozen() is None and
     every step runs the whole quantizer, as Brevitas's loop does."""
-
-    def __init__(self, fused: nn.Module) -> None:
-        super().__init__()
-        self.fused = fused
 
     def frozen(self) -> _Frozen:
         tensor_quant = self.fused.tensor_quant
@@ -81,11 +77,7 @@ class _SequenceQuant(nn.Module):
         ):
             return None
         bit_width = tensor_quant.msb_clamp_bit_width_impl()
-        if tensor_quant.int_threshold_is_const:
-            threshold = tensor_quant.const_int_threshold.value
-        else:
-            threshold = tensor_quant.int_scaling_impl(bit_width)
-        scale = scaling._learned_scale(threshold)
+        scale = scaling._learned_scale(tensor_quant.int_threshold(bit_width))
         return scale, tensor_quant.zero_point_impl.zero_point.value.detach(), bit_width
 
     def forward(self, x: Tensor, frozen: _Frozen) -> _OptTuple:
@@ -95,9 +87,6 @@ class _SequenceQuant(nn.Module):
         y = self.fused.activation_impl(x)
         y = self.fused.tensor_quant.int_quant(scale, zero_point, bit_width, y)
         return y, scale, zero_point, bit_width
-
-    def tensor_quant_only(self, x: Tensor) -> _OptTuple:
-        return self.fused.tensor_quant(x)
 
 
 def _fused(proxy: nn.Module) -> nn.Module:

@@ -59,3 +59,28 @@ def _as_codes(owner: str, codes: Any, name: str) -> Optional[Sequence[str]]:
         f"{owner}: {name} must be None or a list or tuple of bit strings such as "
         f"('111',), got {type(codes).__name__} ({codes!r})"
     )
+
+
+def _minifloat_fields(
+    owner: str,
+    value: Tensor,
+    exponent_bit_width: Any,
+    mantissa_bit_width: Any,
+    exponent_bias: Any,
+    saturating: Any,
+    inf_values: Any,
+    nan_values: Any,
+    signed: Any,
+    training: Any,
+) -> tuple:
+    """The minifloat types' fields from exponent_bit_width to training, in their order."""
+    return (
+        _as_metadata(owner, exponent_bit_width, "exponent_bit_width", value),
+        _as_metadata(owner, mantissa_bit_width, "mantissa_bit_width", value),
+        _as_metadata(owner, exponent_bias, "exponent_bias", value),
+        _as_flag(owner, saturating, "saturating"),
+        _as_codes(owner, inf_values, "inf_values"),
+        _as_codes(owner, nan_values, "nan_values"),
+        _as_flag(owner, signed, "signed"),
+        _as_flag(owner, training, "training"),
+    )

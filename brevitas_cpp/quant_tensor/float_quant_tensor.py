@@ -21,10 +21,9 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
 from brevitas_cpp.quant_tensor.fields import (
     _FALSE_FLAG,
     _TRUE_FLAG,
-    _as_codes,
-    _as_flag,
     _as_metadata,
     _flag_value,
+    _minifloat_fields,
 )
 from brevitas_cpp.quant_tensor.float_torch_handler import FLOAT_QUANT_TENSOR_FN_HANDLER
 from brevitas_cpp.quant_tensor.int_torch_handler import _check_same_device
@@ -72,14 +71,18 @@ class FloatQuantTensor(FloatQuantTensorBase, FloatMixin, QuantTensor):
             value,
             _as_metadata(cls.__name__, scale, "scale", value),
             _as_metadata(cls.__name__, zero_point, "zero_point", value),
-            _as_metadata(cls.__name__, exponent_bit_width, "exponent_bit_width", value),
-            _as_metadata(cls.__name__, mantissa_bit_width, "mantissa_bit_width", value),
-            _as_metadata(cls.__name__, exponent_bias, "exponent_bias", value),
-            _as_flag(cls.__name__, saturating, "saturating"),
-            _as_codes(cls.__name__, inf_values, "inf_values"),
-            _as_codes(cls.__name__, nan_values, "nan_values"),
-            _as_flag(cls.__name__, signed, "signed"),
-            _as_flag(cls.__name__, training, "training"),
+            *_minifloat_fields(
+                cls.__name__,
+                value,
+                exponent_bit_width,
+                mantissa_bit_width,
+                exponent_bias,
+                saturating,
+                inf_values,
+                nan_values,
+                signed,
+                training,
+            ),
         )
 
     @classmethod

@@ -24,7 +24,12 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     QuantTensor,
     _unpack_quant_tensor,
 )
-from brevitas_cpp.quant_tensor.fields import _as_codes, _as_flag, _as_metadata, _flag_value
+from brevitas_cpp.quant_tensor.fields import (
+    _as_flag,
+    _as_metadata,
+    _flag_value,
+    _minifloat_fields,
+)
 
 __all__ = [
     "GroupwiseFloatQuantTensor",
@@ -316,14 +321,18 @@ class GroupwiseFloatQuantTensor(
             _as_metadata(cls.__name__, zero_point, "zero_point", value),
             group_size,
             group_dim,
-            _as_metadata(cls.__name__, exponent_bit_width, "exponent_bit_width", value),
-            _as_metadata(cls.__name__, mantissa_bit_width, "mantissa_bit_width", value),
-            _as_metadata(cls.__name__, exponent_bias, "exponent_bias", value),
-            _as_flag(cls.__name__, saturating, "saturating"),
-            _as_codes(cls.__name__, inf_values, "inf_values"),
-            _as_codes(cls.__name__, nan_values, "nan_values"),
-            _as_flag(cls.__name__, signed, "signed"),
-            _as_flag(cls.__name__, training, "training"),
+            *_minifloat_fields(
+                cls.__name__,
+                value,
+                exponent_bit_width,
+                mantissa_bit_width,
+                exponent_bias,
+                saturating,
+                inf_values,
+                nan_values,
+                signed,
+                training,
+            ),
             _dequant_shape(dequant_shape),
         )
 

@@ -131,15 +131,12 @@ class RescalingIntQuant(jit.ScriptModule):
         self.msb_clamp_bit_width_impl = bit_width_impl
         self.observer_only = jit.Attribute(False, bool)
         # int_scaling_impl's output when it is constant (see constant_int_threshold): not
-        # state, it follows .to() as the bit width it derives from does.
+        # state, recomputed whenever the bit width it derives from is converted (_apply).
         self.const_int_threshold = StatelessBuffer(torch.ones(()))
         self._decide_weight_fusion()
 
     def _decide_weight_fusion(self) -> None:
-        threshold = constant_int_threshold(self.msb_clamp_bit_width_impl, self.int_scaling_impl)
-        self.int_threshold_is_const = threshold is not None
-        if threshold is not None:
-            self.const_int_threshold.value = threshold
+        self.int_threshold_is_const = self._store_const_threshold()
         plan = fused_weight_plan(self)
         # TorchScript constants: with fused_weight False the scripted forward drops the op call.
         self.fused_weight = plan is not None
@@ -159,16 +156,28 @@ class RescalingIntQuant(jit.ScriptModule):
         if not JIT_ENABLED and "fused_weight" in self.__dict__ and isinstance(value, Module):
             self._decide_weight_fusion()
 
+    def _store_const_threshold(self) -> bool:
+        """Compute the constant threshold into const_int_threshold; False when it is not."""
+        threshold = constant_int_threshold(self.msb_clamp_bit_width_impl, self.int_scaling_impl)
+        if threshold is not None:
+            self.const_int_threshold.value = threshold
+        return threshold is not None
+
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)
         # Recomputed rather than converted: a round trip through a narrower dtype (.half()
         # then .float()) would leave a rounded (or infinite) threshold where the bit width,
         # a small integer, comes back exact.
         if self.int_threshold_is_const:
-            threshold = constant_int_threshold(self.msb_clamp_bit_width_impl, self.int_scaling_impl)
-            if threshold is not None:
-                self.const_int_threshold.value = threshold
+            self._store_const_threshold()
         return module
+
+    @jit.script_method
+    def int_threshold(self, bit_width: Tensor) -> Tensor:
+        """int_scaling_impl(bit_width), read from const_int_threshold when it is constant."""
+        if self.int_threshold_is_const:
+            return self.const_int_threshold.value
+        return self.int_scaling_impl(bit_width)
 
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:
@@ -195,11 +204,7 @@ class RescalingIntQuant(jit.ScriptModule):
                 self.fused_clamp_ste,
             )
             return y, scale, self.zero_point_impl(x, scale, bit_width), bit_width
-        if self.int_threshold_is_const:
-            int_threshold = self.const_int_threshold.value
-        else:
-            int_threshold = self.int_scaling_impl(bit_width)
-        scale = self.scaling_impl(x, int_threshold)
+        scale = self.scaling_impl(x, self.int_threshold(bit_width))
         zero_point = self.zero_point_impl(x, scale, bit_width)
         if self.observer_only:
             y = x

@@ -1,4 +1,4 @@
-"""Helpers shared by the pytest files under tests/ops and tests/function.
+"""Helpers shared by the pytest files under tests/ (references, comparisons, call recording).
 
 pytest runs with --import-mode=importlib, so test files cannot import each other; this module is
 found through `pythonpath = ["tests"]` in pyproject.toml instead. It never imports brevitas_cpp:
@@ -8,6 +8,7 @@ import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 Tensor = torch.Tensor
 
@@ -21,6 +22,19 @@ INT_VIEW = {
     torch.bfloat16: torch.int16,
 }
 BAD_DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool, torch.complex64]
+
+
+class RecordedCalls(TorchDispatchMode):
+    """Records the name of every op dispatched inside its ``with`` block (``.names``), e.g.
+    brevitas_cpp.int_quant.default, to count calls or check that a kernel was (not) reached."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: List[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 # ---- bitwise comparisons -----------------------------------------------------------------------

@@ -11,6 +11,7 @@ import io
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import RecordedCalls
 
 from brevitas_cpp import config, distributed
 from brevitas_cpp.core.function_wrapper import OverTensorView
@@ -73,19 +74,9 @@ def test_single_process_copy_skips_the_group_lookup():
     """Without torch.distributed and without a named group the copy is made in Python (no
     op call, whose failed group look-up throws); a named group still goes to the op, which
     refuses a name no live group has."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Calls(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(str(func))
-            return func(*args, **(kwargs or {}))
 
     stats = torch.randn(3, 4).t()
-    with Calls() as calls:
+    with RecordedCalls() as calls:
         out = distributed.all_reduce_stats(stats)
     assert not any("stats_all_reduce_mean" in n for n in calls.names)
     assert torch.equal(out, stats) and out.is_contiguous() and out.data_ptr() != stats.data_ptr()

@@ -9,8 +9,8 @@ import warnings
 
 import pytest
 import torch
+from helpers import RecordedCalls
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from brevitas_cpp import config
 from brevitas_cpp import nn as qnn
@@ -210,16 +210,6 @@ def test_lstm_state_pair_and_separate_states_agree():
         layer(x, (h0, c0), c0)
 
 
-class _FusedKernelCalls(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def _encoder(batch_first: bool = True) -> nn.TransformerEncoderLayer:
     return nn.TransformerEncoderLayer(
         8, 2, dim_feedforward=16, dropout=0.0, batch_first=batch_first
@@ -271,7 +261,7 @@ def test_attention_in_an_encoder_layer_equals_hand_built(batch_first):
         assert torch.equal(a, b)
         a.sum().backward(), b.sum().backward()
     got.eval(), want.eval()
-    with torch.no_grad(), _FusedKernelCalls() as calls:
+    with torch.no_grad(), RecordedCalls() as calls:
         out = step(got)
     assert not any("_transformer_encoder_layer_fwd" in n for n in calls.names)
     with torch.no_grad():

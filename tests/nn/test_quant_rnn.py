@@ -24,6 +24,7 @@ from typing import Any, Dict, List
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import RecordedCalls
 from torch import nn
 
 import brevitas_cpp.nn as qnn
@@ -452,16 +453,6 @@ def test_gate_accumulator_scale_starts_from_its_statistic() -> None:
 # ---- the learned phase: quantizer metadata computed once per sequence ---------------------------
 
 
-class _Calls(torch.utils._python_dispatch.TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names: List[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def _short_warmup(cls: type, **kwargs: Any) -> nn.Module:
     torch.manual_seed(4)
     prefixes = cls._prefixes[2:]  # the activation quantizers (after weight_ and bias_)
@@ -511,9 +502,9 @@ def test_sequence_metadata_equals_every_step(monkeypatch, cls, kwargs):
                 torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-9, msg=name)
     if config.JIT_ENABLED:
         return  # the scripted loop's calls are not seen by a dispatch mode's Python frames
-    with _Calls() as fast_calls:
+    with RecordedCalls() as fast_calls:
         fast(x)
-    with _Calls() as slow_calls:
+    with RecordedCalls() as slow_calls:
         slow(x)
     clamp = "brevitas_cpp.scalar_signed_clamp_min_ste.default"
     # (the input quantizer, outside the loop, and CIFG's ones still run on every call)

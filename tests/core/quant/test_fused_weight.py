@@ -7,7 +7,7 @@ int_quant's kernel)."""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from helpers import RecordedCalls
 
 from brevitas_cpp import jit
 from brevitas_cpp.core.stats.stats_op import AbsMax
@@ -18,21 +18,11 @@ from brevitas_cpp.quant import Int8WeightPerChannelFloat, Int8WeightPerTensorFlo
 FUSED_OP = "brevitas_cpp.abs_max_int_quant.default"
 
 
-class _Calls(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def _step_calls(layer, x):
     """Dispatcher calls of the weight quantizer's forward and of the layer's backward."""
-    with _Calls() as fwd:
+    with RecordedCalls() as fwd:
         out = layer.weight_quant.quant_tuple(layer.weight)
-    with _Calls() as bwd:
+    with RecordedCalls() as bwd:
         out[0].sum().backward()
     layer.weight.grad = None
     return fwd.names, bwd.names
@@ -132,7 +122,7 @@ def test_state_dict_and_to_float64_unchanged():
     keys = set(layer.state_dict())
     assert keys == {"weight", "bias"}
     layer = layer.to(torch.float64)
-    with _Calls() as calls:
+    with RecordedCalls() as calls:
         value = layer.quant_weight().value
     assert value.dtype == torch.float64 and FUSED_OP in calls.names
     reloaded = _layers()["conv_tensor"].to(torch.float64)
@@ -171,6 +161,6 @@ class _AbsMaxSubclass(AbsMax):
 def test_non_stock_quantizers_keep_the_composition(make):
     layer = make()
     assert not layer.weight_quant.tensor_quant.fused_weight
-    with _Calls() as calls:
+    with RecordedCalls() as calls:
         layer.weight_quant.quant_tuple(layer.weight)
     assert FUSED_OP not in calls.names

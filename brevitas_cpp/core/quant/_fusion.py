@@ -43,9 +43,11 @@ def broadcasts_into(param: Tensor, x: Tensor) -> bool:
 
 
 def on_kernel_device(x: Tensor) -> bool:
-    """The ops are registered for CPU (and Meta, for tracing and shape propagation) only."""
+    """The ops have CPU, CUDA and Meta (tracing, shape propagation) kernels; a CUDA torch with a
+    CPU-only build of brevitas_cpp runs the composite kernels there. Other devices take the
+    module composition."""
     device_type = x.device.type
-    return device_type == "cpu" or device_type == "meta"
+    return device_type == "cpu" or device_type == "cuda" or device_type == "meta"
 
 
 def scaled_operands_fit(x: Tensor, scale: Tensor) -> bool:

@@ -39,7 +39,8 @@ at::Tensor max_abs(const at::Tensor& x, std::optional<int64_t> axis) {
     lo = at::amin(x, dims);
     hi = at::amax(x, dims);
   }
-  return at::maximum(hi, lo.neg()).to(at::kFloat);
+  // abs_: +0 for an all-zero slice on every device (maximum(+0, -0) is either zero, by ISA).
+  return at::maximum(hi, lo.neg()).to(at::kFloat).abs_();
 }
 
 // 2^ceil(log2 t) for t > 0, 0 for 0. frexp gives t = m * 2^e with m in [0.5, 1): a power of
@@ -94,7 +95,10 @@ Int8QuantParams update_int8_threshold(const at::Tensor& x, at::Tensor& threshold
 
   const std::vector<int64_t> view = int8_param_view_shape(x, args.channel_axis);
   const at::ScalarType dtype = x.scalar_type();
-  at::Tensor scale = at::div(t_eff, static_cast<double>(args.quant_max)).to(dtype).reshape(view);
+  // Divided by a tensor on t's device: CUDA divides by a host scalar as a multiplication by
+  // its reciprocal, one ulp off the CPU's correctly rounded quotient.
+  const at::Tensor quant_max = at::scalar_tensor(static_cast<double>(args.quant_max), t_eff.options());
+  at::Tensor scale = at::div(t_eff, quant_max).to(dtype).reshape(view);
   // A copy: t_eff may be the threshold buffer itself, and outputs never alias inputs.
   at::Tensor clip = quantize ? t_eff.to(dtype, /*non_blocking=*/false, /*copy=*/true).reshape(view)
                              : at::full(view, std::numeric_limits<double>::infinity(), x.options());

@@ -44,9 +44,10 @@ at::Tensor nan_where_invalid(const at::Tensor& y, const at::Tensor& valid) {
 }
 
 at::Tensor scalar_in_dtype_of(double v, const at::Tensor& x) {
-  at::Tensor t = at::scalar_tensor(v, at::kDouble);  // made on the CPU: not every device has float64
-  if (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
-  return t.to(x.scalar_type()).to(x.device());
+  // Filled on x's device: a host-to-device copy would synchronise and break CUDA graph capture.
+  // float16/bfloat16 round through float32, as the composition's float32 constant does.
+  const bool reduced = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  return at::full({}, reduced ? static_cast<double>(static_cast<float>(v)) : v, x.options());
 }
 
 at::Tensor positive_finite(const at::Tensor& scale) {

@@ -244,9 +244,11 @@ def main(argv=None):
         print(f"brevitas not run: {type(exc).__name__}: {exc}")
     rows = []
     for lib in libs:
-        phases = {"float": ["learned", "graphed"], "ours": ["learned", "stats", "graphed"]}.get(
-            lib, ["learned"]
-        )
+        phases = {
+            "float": ["learned", "graphed"],
+            "ours": ["learned", "stats", "graphed"],
+            "brevitas": ["learned", "stats"],
+        }.get(lib, ["learned"])
         for phase in phases:
             r = measure(lib, phase, reps, device)
             rows.append((lib, phase, r))
@@ -265,6 +267,31 @@ def main(argv=None):
             f"| {lib} | {phase} | {r['step_ms']:.2f} | {r['step_ms'] / base['step_ms']:.2f} | {r['kernels']} | "
             f"{r['peak_mb']:.0f} | {r['peak_mb'] / base['peak_mb']:.2f} |"
         )
+    print_targets({(lib, phase): r for lib, phase, r in rows})
+
+
+def print_targets(r) -> None:
+    """Issue 11's GPU targets and issue 16's, judged on this run's figures."""
+    f, ours, stats = r[("float", "learned")], r[("ours", "learned")], r[("ours", "stats")]
+    judged = [
+        ("learned step / float", ours["step_ms"] / f["step_ms"], "<=", [(1.3, 16), (1.5, 11)]),
+        ("statistics step / float", stats["step_ms"] / f["step_ms"], "<=", [(1.6, 16), (2.0, 11)]),
+        ("peak memory / float", ours["peak_mb"] / f["peak_mb"], "<=", [(1.3, 11)]),
+        ("kernels per step / float", ours["kernels"] / f["kernels"], "<=", [(1.6, 16)]),
+    ]
+    if ("brevitas", "learned") in r:
+        brev = r[("brevitas", "learned")]["step_ms"] / ours["step_ms"]
+        brev_stats = r[("brevitas", "stats")]["step_ms"] / stats["step_ms"]
+        judged += [
+            ("Brevitas / ours, learned", brev, ">=", [(3.0, 16), (5.0, 11)]),
+            ("Brevitas / ours, statistics", brev_stats, ">=", [(3.0, 16), (5.0, 11)]),
+        ]
+    print("\n| target | this run | bound | issue | met |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for name, value, op, bounds in judged:
+        for bound, issue in bounds:
+            met = value <= bound if op == "<=" else value >= bound
+            print(f"| {name} | {value:.2f} | {op} {bound} | {issue} | {'yes' if met else 'no'} |")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,9 @@ class StatelessBuffer(KeyPolicy, jit.ScriptModule):
 
     @jit.script_method
     def forward(self) -> Tensor:
-        return self.value.detach()
+        # The buffer itself: it never requires grad, and a detached alias (Brevitas's) costs a
+        # dispatcher call per quantizer call for the same storage and version counter.
+        return self.value
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         # Nothing to save: the value is rebuilt from the quantizer's settings.

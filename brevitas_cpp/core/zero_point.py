@@ -90,7 +90,7 @@ class ZeroZeroPoint(jit.ScriptModule):
     @jit.script_method
     def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
         # StatelessBuffer's forward, inlined: one module call fewer per quantizer call.
-        return self.zero_point.value.detach()
+        return self.zero_point.value
 
 
 class _ScaleShiftZeroPoint(jit.ScriptModule):

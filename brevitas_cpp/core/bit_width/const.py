@@ -44,7 +44,7 @@ class BitWidthConst(jit.ScriptModule):
     @jit.script_method
     def forward(self) -> Tensor:
         # StatelessBuffer's forward, inlined: one module call fewer per quantizer call.
-        return self.bit_width.value.detach()
+        return self.bit_width.value
 
 
 class BitWidthStatefulConst(KeyPolicy, jit.ScriptModule):

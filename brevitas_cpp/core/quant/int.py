@@ -21,6 +21,7 @@ from brevitas_cpp.core.quant._fused_weight import (
     fused_weight_fits,
     fused_weight_plan,
 )
+from brevitas_cpp.core.quant._learned_act import learned_act_fits, learned_act_forward
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.scaling import TruncMsbScaling
@@ -149,6 +150,8 @@ class RescalingIntQuant(jit.ScriptModule):
         self.fused_min_val = float(min_val) if min_val is not None else 0.0
         self.fused_rounding_mode = plan.rounding_mode if plan is not None else "round"
         self.fused_clamp_ste = plan.clamp_ste if plan is not None else False
+        # Eager mode only (see _learned_act.py); a plain attribute TorchScript never reads.
+        self.__dict__["learned_act"] = learned_act_fits(self)
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
@@ -181,6 +184,11 @@ class RescalingIntQuant(jit.ScriptModule):
 
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:
+        if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
+            if self.learned_act:
+                out = learned_act_forward(self, x)
+                if out is not None:
+                    return out
         bit_width = self.msb_clamp_bit_width_impl()
         if (
             self.fused_weight

@@ -1,0 +1,54 @@
+"""The eager-mode shortcut of the stock activation quantizer past its statistics phase.
+
+A RescalingIntQuant of a constant bit width, a learned ParameterFromRuntimeStatsScaling, zero
+point 0 and a fused IntQuant computes, on every training step, clamp_min(value) / threshold
+and then int_quant. Its module chain (scaling_impl, bit width, zero point, IntQuant) costs more
+Python than those two ops; in eager mode forward calls them directly. TorchScript compiles the
+module chain, where module calls cost little, and never sees this code."""
+
+from typing import Optional
+
+from torch.nn import Module
+
+from brevitas_cpp.core.bit_width.const import BitWidthConst
+from brevitas_cpp.core.quant._fusion import int_operands_fit
+from brevitas_cpp.core.quant.block_output import QuantBlockOutput
+from brevitas_cpp.core.quant.int_base import IntQuant
+from brevitas_cpp.core.scaling.standalone import ParameterFromRuntimeStatsScaling
+from brevitas_cpp.core.zero_point import ZeroZeroPoint
+from brevitas_cpp.function import int_quant
+
+
+def learned_act_fits(block: Module) -> bool:
+    """The blocks are the stock ones, by exact types (a subclass may compute otherwise); the
+    learned scale's own identity flags and the IntQuant's fusion are read on every call."""
+    return (
+        not block.fused_weight
+        and block.int_threshold_is_const
+        and type(block.scaling_impl) is ParameterFromRuntimeStatsScaling
+        and type(block.msb_clamp_bit_width_impl) is BitWidthConst
+        and type(block.zero_point_impl) is ZeroZeroPoint
+        and type(block.int_quant) is IntQuant
+    )
+
+
+def learned_act_forward(block: Module, x) -> Optional[QuantBlockOutput]:
+    """block's forward in its learned training phase, or None where it is not in that phase or
+    the fused op does not take the operands (block's own forward then runs)."""
+    scaling = block.scaling_impl
+    if not scaling.training or scaling.counter <= scaling.collect_stats_steps:
+        return None
+    iq = block.int_quant
+    if block.observer_only or not block.int_threshold_is_const:
+        return None
+    if not (iq.fused and iq.view_is_identity and iq.never_delays):
+        return None
+    bit_width = block.msb_clamp_bit_width_impl.bit_width.value
+    zero_point = block.zero_point_impl.zero_point.value
+    scale = scaling._learned_scale(block.const_int_threshold.value)
+    if not int_operands_fit(x, scale, zero_point, bit_width):
+        return None
+    y = int_quant(
+        x, scale, zero_point, bit_width, iq.signed, iq.narrow_range, iq.rounding_mode, iq.clamp_ste
+    )
+    return y, scale, zero_point, bit_width

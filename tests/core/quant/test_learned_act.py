@@ -1,0 +1,124 @@
+"""The eager shortcut of the stock activation quantizer in its learned phase (_learned_act.py):
+the same numbers as the module chain it skips, bit for bit, and taken only where it applies.
+
+The reference is the same layer with the shortcut switched off (the module chain, which the
+suites check against Brevitas); whether the shortcut ran is counted, not assumed."""
+
+import pytest
+import torch
+
+import brevitas_cpp.core.quant.int as int_module
+from brevitas_cpp import jit
+from brevitas_cpp.core.zero_point import ZeroZeroPoint
+from brevitas_cpp.nn import QuantConv2d, QuantIdentity, QuantReLU
+from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
+
+pytestmark = pytest.mark.skipif(jit.JIT_ENABLED, reason="the shortcut is eager-only")
+
+
+class Taken:
+    """Counts the calls in which the shortcut returned the quantizer's output."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        original = int_module.learned_act_forward
+
+        def counting(block, x):
+            out = original(block, x)
+            self.count += out is not None
+            return out
+
+        monkeypatch.setattr(int_module, "learned_act_forward", counting)
+
+
+def make(kind: str, bits: int):
+    torch.manual_seed(0)
+    if kind == "relu":
+        return QuantReLU(act_quant=Uint8ActPerTensorFloat, bit_width=bits, collect_stats_steps=2)
+    if kind == "identity_min_val":
+        return QuantIdentity(
+            act_quant=Int8ActPerTensorFloat,
+            bit_width=bits,
+            collect_stats_steps=2,
+            scaling_min_val=0.5,
+        )
+    if kind == "conv_input":
+        return QuantConv2d(3, 4, 3, input_quant=Int8ActPerTensorFloat, input_collect_stats_steps=2)
+    return QuantIdentity(act_quant=Int8ActPerTensorFloat, bit_width=bits, collect_stats_steps=2)
+
+
+def tensor_quants(layer):
+    return [m for m in layer.modules() if type(m) is int_module.RescalingIntQuant and m.learned_act]
+
+
+def train(layer, dtype, steps=5, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for step in range(steps):
+        x = (torch.randn(4, 3, 6, 6, generator=gen) * (step + 1)).to(dtype).requires_grad_()
+        y = layer(x)
+        y.square().sum().backward()
+        grads = [p.grad.clone() for p in layer.parameters() if p.grad is not None]
+        layer.zero_grad()
+        out.append((y.detach(), x.grad, grads))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["relu", "identity", "identity_min_val", "conv_input"])
+@pytest.mark.parametrize("bits", [3, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_shortcut_equals_the_module_chain(kind, bits, dtype, monkeypatch):
+    """Statistics steps (the chain), then learned steps (the shortcut): outputs, the input's
+    gradient and every parameter's (the learned scale's included) bit for bit."""
+    fast, slow = make(kind, bits).to(dtype), make(kind, bits).to(dtype)
+    assert tensor_quants(fast), "the stock quantizer should take the shortcut"
+    for tq in tensor_quants(slow):
+        tq.__dict__["learned_act"] = False
+    taken = Taken(monkeypatch)
+    want = train(slow, dtype)
+    assert taken.count == 0
+    got = train(fast, dtype)
+    assert taken.count == 2  # steps 3 and 4: past collect_stats_steps=2 and its hand-over step
+    for (y, gx, gp), (wy, wgx, wgp) in zip(got, want):
+        assert y.dtype == wy.dtype and torch.equal(y, wy)
+        assert torch.equal(torch.signbit(y), torch.signbit(wy))
+        assert torch.equal(gx, wgx)
+        assert len(gp) == len(wgp) and all(torch.equal(a, b) for a, b in zip(gp, wgp))
+
+
+def test_not_taken_in_eval_observer_only_or_with_another_block(monkeypatch):
+    layer = make("identity", 8)
+    train(layer, torch.float32)
+    taken = Taken(monkeypatch)
+    (tq,) = tensor_quants(layer)
+    x = torch.randn(2, 3, 4, 4)
+    layer.eval()
+    layer(x)
+    layer.train()
+    tq.observer_only = True
+    assert torch.equal(layer(x), x)  # observer only: x itself, as the chain returns
+    tq.observer_only = False
+    layer(x)
+    assert taken.count == 1
+
+    class HalfZeroPoint(ZeroZeroPoint):  # a subclass may compute otherwise: the chain runs
+        pass
+
+    tq.zero_point_impl = HalfZeroPoint()
+    assert not tq.learned_act
+    layer(x)
+    assert taken.count == 1
+
+
+def test_other_operands_take_the_chain(monkeypatch):
+    """x in another dtype than the learned scale (float64 x, float32 layer): the op does not take
+    the operands as they are, the chain promotes them as Brevitas does."""
+    layer, ref = make("relu", 8), make("relu", 8)
+    for tq in tensor_quants(ref):
+        tq.__dict__["learned_act"] = False
+    train(layer, torch.float32)
+    train(ref, torch.float32)
+    taken = Taken(monkeypatch)
+    x = torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    assert torch.equal(layer(x), ref(x))
+    assert taken.count == 0

@@ -338,7 +338,11 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
         """Move the running statistic into value (once; later calls do nothing)."""
         if self.counter <= self.collect_stats_steps:
             self.restrict_inplace_preprocess(self.buffer)
-            inplace_tensor_mul(self.value.detach(), self.buffer)
+            # Brevitas multiplies value (1 until now) by the statistic. A copy gives the same
+            # bits, and the statistic still where an optimizer moved value during the warm-up:
+            # its zero gradient (the DDP link) is no zero step under weight decay, and Brevitas's
+            # value starts at (1 - lr * wd)^steps times the statistic there.
+            self.value.detach().copy_(self.buffer)
             self.counter = self.collect_stats_steps + 1
 
     @jit.script_method

@@ -373,3 +373,34 @@ def test_ddp_setup_detects_unused_parameters(gloo_group):
     model(torch.ones(2)).sum().backward()
     with pytest.raises(RuntimeError, match="Expected to have finished reduction"):
         model(torch.ones(2)).sum().backward()
+
+
+def _warmup_then_init(weight_decay: float) -> Tensor:
+    """A QuantReLU trained by SGD with momentum and weight decay through its three warm-up
+    steps; its value right after the forward that initialises it, and whether it had moved."""
+    import brevitas_cpp.nn as qnn
+
+    torch.manual_seed(0)
+    layer = qnn.QuantReLU(bit_width=8, collect_stats_steps=3)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, weight_decay=weight_decay)
+    (value,) = layer.parameters()
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(16, 8, generator=gen, requires_grad=True)
+        opt.zero_grad()
+        layer(x).square().sum().backward()
+        assert torch.equal(value.grad, torch.zeros_like(value))  # linked, as in Brevitas
+        opt.step()
+    moved = value.detach().item() != 1.0
+    layer(torch.randn(16, 8, generator=gen))  # the initialisation
+    return value.detach().clone(), moved
+
+
+def test_warmup_value_is_initialised_to_the_statistic_under_weight_decay():
+    """Weight decay moves value during the warm-up (its gradient is a zero, the DDP link);
+    the statistic still replaces it at initialisation, as without weight decay. Brevitas
+    multiplies the moved value by the statistic (a deliberate difference, README)."""
+    plain, plain_moved = _warmup_then_init(0.0)
+    decayed, decayed_moved = _warmup_then_init(0.1)
+    assert not plain_moved and decayed_moved
+    assert torch.equal(decayed, plain)

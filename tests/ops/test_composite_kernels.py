@@ -159,11 +159,26 @@ def test_int_quant(shape, mode, dtype):
         )
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("dim", [None, 0, 1])
-def test_abs_max_int_quant(dim, dtype):
+def abs_max_weights(special: str, dtype) -> torch.Tensor:
     w = rand((6, 5, 3), dtype=torch.float64, seed=1, spread=2.0).to(dtype)
     w[0, 0, 0] = w[0, 1, 2] = -w.abs().max()  # tied maxima
+    if special == "zeros":  # a zero statistic: the clamp decides, or the scale is 0
+        w[1] = 0.0
+        w[2] = -0.0
+    elif special == "nan":
+        w[3, 1, 1] = float("nan")
+    elif special == "inf":
+        w[4, 2, 0] = float("-inf")
+    return w
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dim", [None, 0, 1])
+@pytest.mark.parametrize("special", ["none", "zeros", "nan", "inf"])
+def test_abs_max_int_quant(dim, dtype, special):
+    w = abs_max_weights(special, dtype)
+    if special == "zeros" and dim is None:
+        w.zero_()
     b = torch.tensor(5.0, dtype=dtype)
     for signed, narrow, min_val, mode in [
         (True, True, 1e-10, "round"),
@@ -171,8 +186,14 @@ def test_abs_max_int_quant(dim, dtype):
         (False, False, 0.5, "dpu"),
     ]:
         args = (w, b, dim, signed, narrow, min_val, mode, True)
+        try:
+            want_y, want_s = OPS.abs_max_int_quant(*args)
+        except RuntimeError as exc:  # a scale that is not positive and finite raises in both
+            assert "positive and finite" in str(exc)
+            with pytest.raises(RuntimeError, match="positive and finite"):
+                composite("abs_max_int_quant", *args)
+            continue
         y, s = composite("abs_max_int_quant", *args)
-        want_y, want_s = OPS.abs_max_int_quant(*args)
         assert_bitwise(s, want_s)
         assert_bitwise(y, want_y)
         g = rand(w.shape, dtype=torch.float64, seed=4).to(dtype)
@@ -182,7 +203,7 @@ def test_abs_max_int_quant(dim, dtype):
             got = composite("_abs_max_int_quant_backward", *bargs)
             want = OPS._abs_max_int_quant_backward(*bargs)
             assert got.shape == want.shape and got.dtype == want.dtype
-            torch.testing.assert_close(got, want, **tolerance(dtype))
+            torch.testing.assert_close(got, want, equal_nan=True, **tolerance(dtype))
 
 
 def test_int_quant_bit_width_in_integer_dtypes():

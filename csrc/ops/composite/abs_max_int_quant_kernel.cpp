@@ -10,53 +10,58 @@ namespace {
 
 constexpr const char* kOp = "abs_max_int_quant";
 
-// The statistics and scale of the unfused quantizer, as ATen ops.
-struct Stats {
+// The statistics and scale of the unfused quantizer, as ATen ops. The composite serves CUDA
+// (and any device without a kernel), where every op is a kernel launch: the composition's
+// steps are folded where the values allow it, with the same bits. m = max|w| is +0 or more (or
+// NaN), so |m| = m, the signed clamp is clamp_min(m, lo) (NaN passing) and |c0| / threshold
+// is c0 / threshold; |q| stays, for a threshold below 0 (a bit width below 1, which int_quant
+// rejects or, on a GPU, turns into NaN).
+// max |w| over the tensor or per channel (in the scale's shape), with what the backward needs
+// to find the maxima.
+struct MaxAbs {
   at::Tensor a;        // |w|
   at::Tensor rows;     // |w| as [C, R] (per channel)
-  at::Tensor m;        // max |w|, in the scale's shape
   at::Tensor indices;  // torch.max(dim)'s indices (per channel)
-  at::Tensor c0;       // the clamped statistic
-  at::Tensor thr;      // IntScaling's threshold, in bit_width's dtype then w's
-  at::Tensor q;        // c / threshold
-  at::Tensor scale;
+  at::Tensor m;
 };
 
-Stats compose(const at::Tensor& w, const at::Tensor& bit_width, int64_t dim, bool is_signed, bool narrow_range,
-              std::optional<double> min_val) {
-  Stats st;
-  st.a = at::abs(w);
-  if (dim < 0) {
-    st.m = at::max(st.a);
-  } else {
-    st.rows = st.a.movedim(dim, 0).reshape({w.size(dim), -1});
-    auto [values, indices] = at::max(st.rows, 1);
-    std::vector<int64_t> shape(static_cast<size_t>(w.dim()), 1);
-    shape[static_cast<size_t>(dim)] = w.size(dim);
-    st.m = values.reshape(shape);
-    st.indices = indices;
-  }
-  st.c0 = st.m;
-  if (min_val.has_value()) {
-    const at::Tensor lo = scalar_in_dtype_of(*min_val, w);
-    const at::Tensor up = at::where(at::abs(st.m) < lo, lo, at::abs(st.m));
-    const at::Tensor down = at::where(st.m > -lo, -lo, st.m);
-    st.c0 = at::where(st.m >= 0, up, down);
-  }
-  // IntScaling in bit_width's dtype: -(1 - 2^(b-1)) signed narrow, 2^(b-1) signed, max_int unsigned.
+// IntScaling's threshold in bit_width's dtype, then w's: 2^(b-1) - 1 signed narrow (the
+// composition's -(1 - 2^(b-1)), the same value: rounding is symmetric in sign), 2^(b-1)
+// signed, 2^b - 1 - narrow unsigned.
+at::Tensor int_threshold(const at::Tensor& bit_width, bool is_signed, bool narrow_range, at::ScalarType dtype) {
   const at::Tensor b = bit_width.reshape({});
   const bool integral = !at::isFloatingType(b.scalar_type());
   auto pow2 = [&](const at::Tensor& e) { return integral ? at::pow(2, e) : at::exp2(e); };
   at::Tensor thr;
   if (is_signed) {
-    thr = narrow_range ? -(1 - pow2(b - 1)) : pow2(b - 1);
+    thr = narrow_range ? pow2(b - 1) - 1 : pow2(b - 1);
   } else {
     thr = pow2(b) - (narrow_range ? 2 : 1);
   }
-  st.thr = thr.to(w.scalar_type());
-  st.q = at::abs(st.c0) / st.thr;
-  st.scale = at::abs(st.q);
-  return st;
+  return thr.to(dtype);
+}
+
+MaxAbs max_abs(const at::Tensor& w, int64_t dim) {
+  MaxAbs r;
+  r.a = at::abs(w);
+  if (dim < 0) {
+    r.m = at::max(r.a);
+    return r;
+  }
+  r.rows = r.a.movedim(dim, 0).reshape({w.size(dim), -1});
+  auto [values, indices] = at::max(r.rows, 1);
+  std::vector<int64_t> shape(static_cast<size_t>(w.dim()), 1);
+  shape[static_cast<size_t>(dim)] = w.size(dim);
+  r.indices = indices;
+  r.m = values.reshape(shape);
+  return r;
+}
+
+at::Tensor scale_of(const at::Tensor& w, const at::Tensor& bit_width, int64_t dim, bool is_signed, bool narrow_range,
+                    std::optional<double> min_val) {
+  const at::Tensor m = max_abs(w, dim).m;
+  const at::Tensor c0 = min_val.has_value() ? at::clamp_min(m, scalar_in_dtype_of(*min_val, w)) : m;
+  return at::abs(c0 / int_threshold(bit_width, is_signed, narrow_range, w.scalar_type()));
 }
 
 std::tuple<at::Tensor, at::Tensor> abs_max_int_quant(const at::Tensor& w, const at::Tensor& bit_width,
@@ -65,8 +70,7 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant(const at::Tensor& w, const 
                                                      c10::string_view rounding_mode, bool clamp_ste) {
   const int64_t dim =
       ops::detail::check_abs_max_int_quant_args(w, bit_width, channel_dim, scaling_min_val, rounding_mode, kOp);
-  const Stats st = compose(w, bit_width, dim, is_signed, narrow_range, scaling_min_val);
-  const at::Tensor scale = st.scale.contiguous();
+  const at::Tensor scale = scale_of(w, bit_width, dim, is_signed, narrow_range, scaling_min_val).contiguous();
   const at::Tensor zero = at::zeros({}, w.options());
   at::Tensor y = ops::int_quant(w, scale, zero, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste);
   return {as_output_like(y, w), scale};
@@ -74,6 +78,8 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant(const at::Tensor& w, const 
 
 // The autograd of the composition, written out: int_quant's gradients of w and scale, then
 // the scale's through |q|, / threshold, |c0|, the straight-through clamps, the max and |w|.
+// sgn(q) and sgn(c0) are both sgn(scale) (0, 1 or NaN; a NaN's sign aside) for a threshold
+// above 0, so the statistic is recomputed only for where the maxima are.
 at::Tensor abs_max_int_quant_backward(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
                                       const at::Tensor& scale, const at::Tensor& bit_width,
                                       std::optional<int64_t> channel_dim, bool is_signed, bool narrow_range,
@@ -84,13 +90,15 @@ at::Tensor abs_max_int_quant_backward(const at::Tensor& grad, const at::Tensor& 
   const at::Tensor zero = at::zeros({}, w.options());
   auto [gx, gs, gz, gb] = ops::_int_quant_backward(grad, w, std::nullopt, scale, zero, bit_width, is_signed,
                                                    narrow_range, rounding_mode, clamp_ste, {true, true, false, false});
-  const Stats st = compose(w, bit_width, dim, is_signed, narrow_range, scaling_min_val);
+  const at::Tensor sign = at::sgn(scale);
+  const at::Tensor thr = int_threshold(bit_width, is_signed, narrow_range, w.scalar_type());
   const at::Tensor g_total = grad_scale + gs.reshape(grad_scale.sizes());
-  const at::Tensor g3 = ((g_total * at::sgn(st.q)) / st.thr) * at::sgn(st.c0);
+  const at::Tensor g3 = ((g_total * sign) / thr) * sign;
+  const MaxAbs st = max_abs(w, dim);
   at::Tensor g_abs;
   if (dim < 0) {
     const at::Tensor mask = at::logical_or(st.a == st.m, at::logical_and(at::isnan(st.a), at::isnan(st.m)));
-    g_abs = at::where(mask, g3 / mask.sum(), at::zeros({}, w.options()));
+    g_abs = at::where(mask, g3 / mask.sum(), 0.0);
   } else {
     const at::Tensor spread =
         at::zeros_like(st.rows).scatter(1, st.indices.unsqueeze(1), g3.reshape({st.rows.size(0), 1}));

@@ -340,8 +340,8 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
             self.restrict_inplace_preprocess(self.buffer)
             # Brevitas multiplies value (1 until now) by the statistic. A copy gives the same
             # bits, and the statistic still where an optimizer moved value during the warm-up:
-            # its zero gradient (the DDP link) is no zero step under weight decay, and Brevitas's
-            # value starts at (1 - lr * wd)^steps times the statistic there.
+            # its zero gradient (our DDP link; Brevitas's value gets none) is no zero step
+            # under weight decay.
             self.value.detach().copy_(self.buffer)
             self.counter = self.collect_stats_steps + 1
 

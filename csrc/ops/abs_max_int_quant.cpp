@@ -21,8 +21,8 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant(const at::Tensor& w, const 
   return op.call(w, bit_width, channel_dim, is_signed, narrow_range, scaling_min_val, rounding_mode, clamp_ste);
 }
 
-at::Tensor _abs_max_int_quant_backward(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
-                                       const at::Tensor& scale, const at::Tensor& bit_width,
+at::Tensor _abs_max_int_quant_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
+                                       const at::Tensor& w, const at::Tensor& scale, const at::Tensor& bit_width,
                                        std::optional<int64_t> channel_dim, bool is_signed, bool narrow_range,
                                        std::optional<double> scaling_min_val, c10::string_view rounding_mode,
                                        bool clamp_ste) {
@@ -71,23 +71,27 @@ std::vector<c10::SymInt> abs_max_scale_shape(const at::Tensor& w, int64_t dim) {
   return shape;
 }
 
-int64_t check_abs_max_int_quant_backward_args(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
-                                              const at::Tensor& scale, const at::Tensor& bit_width,
+int64_t check_abs_max_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
+                                              const at::Tensor& w, const at::Tensor& scale, const at::Tensor& bit_width,
                                               std::optional<int64_t> channel_dim, std::optional<double> scaling_min_val,
                                               c10::string_view rounding_mode) {
   constexpr const char* op = "_abs_max_int_quant_backward";
   const int64_t dim = check_abs_max_int_quant_args(w, bit_width, channel_dim, scaling_min_val, rounding_mode, op);
   check_same_dtype_as_input(grad, w, op, "grad");
-  check_same_dtype_as_input(grad_scale, w, op, "grad_scale");
   check_same_dtype_as_input(scale, w, op, "scale");
-  check_same_device(w, {{&grad, "grad"}, {&grad_scale, "grad_scale"}, {&scale, "scale"}}, op);
+  check_same_device(w, {{&grad, "grad"}, {&scale, "scale"}}, op);
+  if (grad_scale.has_value()) {
+    check_same_dtype_as_input(*grad_scale, w, op, "grad_scale");
+    check_same_device(w, {{&*grad_scale, "grad_scale"}}, op);
+  }
   TORCH_CHECK(grad.sym_sizes() == w.sym_sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sym_sizes(),
               " must have the shape of w ", w.sym_sizes());
   const std::vector<c10::SymInt> shape = abs_max_scale_shape(w, dim);
   const c10::SymIntArrayRef want(shape);
   TORCH_CHECK(scale.sym_sizes() == want, "brevitas_cpp::", op, ": scale of shape ", scale.sym_sizes(),
               " must have the shape ", want, " (the forward's scale output)");
-  TORCH_CHECK(grad_scale.sym_sizes() == want, "brevitas_cpp::", op, ": grad_scale of shape ", grad_scale.sym_sizes(),
+  TORCH_CHECK(!grad_scale.has_value() || grad_scale->sym_sizes() == want, "brevitas_cpp::", op,
+              ": grad_scale of shape ", grad_scale.has_value() ? grad_scale->sym_sizes() : want,
               " must have the shape of scale ", want);
   return dim;
 }
@@ -105,7 +109,7 @@ TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {
       "abs_max_int_quant(Tensor w, Tensor bit_width, int? channel_dim, bool signed, bool narrow_range, "
       "float? scaling_min_val=None, str rounding_mode=\"round\", bool clamp_ste=False) -> (Tensor, Tensor)");
   m.def(
-      "_abs_max_int_quant_backward(Tensor grad, Tensor grad_scale, Tensor w, Tensor scale, Tensor bit_width, "
+      "_abs_max_int_quant_backward(Tensor grad, Tensor? grad_scale, Tensor w, Tensor scale, Tensor bit_width, "
       "int? channel_dim, bool signed, bool narrow_range, float? scaling_min_val, str rounding_mode, "
       "bool clamp_ste) -> Tensor");
 }

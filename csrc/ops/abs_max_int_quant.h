@@ -27,10 +27,10 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant(const at::Tensor& w, const 
                                                      bool narrow_range, std::optional<double> scaling_min_val,
                                                      c10::string_view rounding_mode, bool clamp_ste);
 
-// w's gradient given the gradients of y (grad) and of scale (grad_scale), and the forward's w
-// and scale output.
-at::Tensor _abs_max_int_quant_backward(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
-                                       const at::Tensor& scale, const at::Tensor& bit_width,
+// w's gradient given the gradients of y (grad) and of scale (grad_scale; None when the scale
+// output got none, taken as zeros), and the forward's w and scale output.
+at::Tensor _abs_max_int_quant_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
+                                       const at::Tensor& w, const at::Tensor& scale, const at::Tensor& bit_width,
                                        std::optional<int64_t> channel_dim, bool is_signed, bool narrow_range,
                                        std::optional<double> scaling_min_val, c10::string_view rounding_mode,
                                        bool clamp_ste);
@@ -42,8 +42,8 @@ int64_t check_abs_max_int_quant_args(const at::Tensor& w, const at::Tensor& bit_
                                      std::optional<int64_t> channel_dim, std::optional<double> scaling_min_val,
                                      c10::string_view rounding_mode, const char* op);
 // The backward's extra checks (grad like w, grad_scale and scale of the scale's shape).
-int64_t check_abs_max_int_quant_backward_args(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
-                                              const at::Tensor& scale, const at::Tensor& bit_width,
+int64_t check_abs_max_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
+                                              const at::Tensor& w, const at::Tensor& scale, const at::Tensor& bit_width,
                                               std::optional<int64_t> channel_dim, std::optional<double> scaling_min_val,
                                               c10::string_view rounding_mode);
 // The scale's shape: [] per tensor; w's rank with w.size(dim) at dim and 1 elsewhere.

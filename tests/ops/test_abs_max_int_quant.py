@@ -17,6 +17,7 @@ from helpers import (
     DTYPES,
     MODES,
     NO_AOT,
+    RecordedCalls,
     _StraightThrough,
     assert_bitwise,
     rand,
@@ -304,6 +305,30 @@ def test_opcheck_backward(dim):
         (g, gs, w, s, bw, dim, True, True, None, "round", True),
         test_utils=NO_AOT,
     )
+
+
+@pytest.mark.parametrize("dim", [None, 0])
+def test_backward_without_grad_scale_is_zeros_added(dim):
+    """grad_scale None (the scale output got no gradient) is a zero gradient added, bit for
+    bit, in the CPU and composite kernels; the autograd kernel then makes no zeros."""
+    w = _w((6, 5, 3), torch.float64, seed=21, ties=True)
+    bw = torch.tensor(5.0, dtype=torch.float64)
+    _, s = OPS.abs_max_int_quant(w, bw, dim, True, True, None, "round", False)
+    g = rand(w.shape, dtype=torch.float64, seed=22)
+    tail = (w, s, bw, dim, True, True, None, "round", False)
+    want = OPS._abs_max_int_quant_backward(g, torch.zeros_like(s), *tail)
+    assert_bitwise(OPS._abs_max_int_quant_backward(g, None, *tail), want)
+    composite = OPS._abs_max_int_quant_backward.default._op_dk(
+        torch._C.DispatchKey.CompositeExplicitAutograd, g, None, *tail
+    )
+    torch.testing.assert_close(composite, want, rtol=1e-12, atol=1e-12)
+    torch.library.opcheck(OPS._abs_max_int_quant_backward, (g, None, *tail), test_utils=NO_AOT)
+    wl = w.clone().requires_grad_()
+    y, _ = OPS.abs_max_int_quant(wl, bw, dim, True, True, None, "round", False)
+    with RecordedCalls() as calls:
+        y.backward(g)
+    assert "aten.zeros.default" not in calls.names and "aten.zeros_like.default" not in calls.names
+    assert_bitwise(wl.grad, want)
 
 
 def test_meta_shapes():

@@ -28,6 +28,8 @@ class AbsMaxIntQuantFunction : public torch::autograd::Function<AbsMaxIntQuantFu
     ctx->saved_data["rounding_mode"] = std::string(rounding_mode);
     ctx->saved_data["clamp_ste"] = clamp_ste;
     ctx->save_for_backward({w, scale, bit_width});
+    // An unused scale output (the usual case) brings no zeros: the backward op takes None.
+    ctx->set_materialize_grads(false);
     return {y, scale};
   }
 
@@ -35,9 +37,11 @@ class AbsMaxIntQuantFunction : public torch::autograd::Function<AbsMaxIntQuantFu
     const auto saved = ctx->get_saved_variables();
     variable_list out(8);
     if (!ctx->needs_input_grad(0)) return out;
-    // Gradients are materialized (zeros for an output that got none).
-    const at::Tensor& grad = grad_outputs[0];
-    const at::Tensor& grad_scale = grad_outputs[1];
+    const at::Tensor& grad_scale_out = grad_outputs[1];
+    if (!grad_outputs[0].defined() && !grad_scale_out.defined()) return out;
+    const at::Tensor grad = grad_outputs[0].defined() ? grad_outputs[0] : at::zeros_like(saved[0]);
+    const std::optional<at::Tensor> grad_scale =
+        grad_scale_out.defined() ? std::optional<at::Tensor>(grad_scale_out) : std::nullopt;
     const auto& cd = ctx->saved_data["channel_dim"];
     const auto& mv = ctx->saved_data["scaling_min_val"];
     out[0] = ops::_abs_max_int_quant_backward(

@@ -80,8 +80,8 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant(const at::Tensor& w, const 
 // the scale's through |q|, / threshold, |c0|, the straight-through clamps, the max and |w|.
 // sgn(q) and sgn(c0) are both sgn(scale) (0, 1 or NaN; a NaN's sign aside) for a threshold
 // above 0, so the statistic is recomputed only for where the maxima are.
-at::Tensor abs_max_int_quant_backward(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
-                                      const at::Tensor& scale, const at::Tensor& bit_width,
+at::Tensor abs_max_int_quant_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
+                                      const at::Tensor& w, const at::Tensor& scale, const at::Tensor& bit_width,
                                       std::optional<int64_t> channel_dim, bool is_signed, bool narrow_range,
                                       std::optional<double> scaling_min_val, c10::string_view rounding_mode,
                                       bool clamp_ste) {
@@ -92,7 +92,9 @@ at::Tensor abs_max_int_quant_backward(const at::Tensor& grad, const at::Tensor& 
                                                    narrow_range, rounding_mode, clamp_ste, {true, true, false, false});
   const at::Tensor sign = at::sgn(scale);
   const at::Tensor thr = int_threshold(bit_width, is_signed, narrow_range, w.scalar_type());
-  const at::Tensor g_total = grad_scale + gs.reshape(grad_scale.sizes());
+  // No grad_scale: a zero, added as the materialized zeros were (-0 + 0 is +0).
+  const at::Tensor g_total =
+      grad_scale.has_value() ? *grad_scale + gs.reshape(grad_scale->sizes()) : gs.reshape(scale.sizes()) + 0.0;
   const at::Tensor g3 = ((g_total * sign) / thr) * sign;
   const MaxAbs st = max_abs(w, dim);
   at::Tensor g_abs;

@@ -159,8 +159,8 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant_cpu(const at::Tensor& w, co
   return {y, scale};
 }
 
-at::Tensor abs_max_int_quant_backward_cpu(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
-                                          const at::Tensor& scale, const at::Tensor& bit_width,
+at::Tensor abs_max_int_quant_backward_cpu(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
+                                          const at::Tensor& w, const at::Tensor& scale, const at::Tensor& bit_width,
                                           std::optional<int64_t> channel_dim, bool is_signed, bool narrow_range,
                                           std::optional<double> scaling_min_val, c10::string_view rounding_mode,
                                           bool clamp_ste) {
@@ -173,7 +173,7 @@ at::Tensor abs_max_int_quant_backward_cpu(const at::Tensor& grad, const at::Tens
                                                  rounding_mode, clamp_ste, {true, true, false, false});
   (void)gz;
   (void)gb;
-  const at::Tensor gsc = grad_scale.contiguous();
+  const at::Tensor gsc = grad_scale.has_value() ? grad_scale->contiguous() : at::Tensor();
   const int64_t K = scale.numel();
   BREVITAS_CPP_DISPATCH_FLOATING(w.scalar_type(), kBackwardOp, [&] {
     using T = scalar_t;
@@ -181,12 +181,13 @@ at::Tensor abs_max_int_quant_backward_cpu(const at::Tensor& grad, const at::Tens
     abs_max_stats<T>(w, dim, m.data());
     const T thr = threshold_in<T>(bit_width, b, is_signed, narrow_range);
     const T* pgs = gs.const_data_ptr<T>();
-    const T* pgo = gsc.const_data_ptr<T>();
+    const T* pgo = gsc.defined() ? gsc.const_data_ptr<T>() : nullptr;
     // The scale's gradient back to the statistic: |q|, / threshold, |c0| (the clamps pass it).
     std::vector<T> g3(static_cast<size_t>(K));
     for (int64_t k = 0; k < K; ++k) {
       const ScaleChain<T> ch = scale_chain<T>(m[k], scaling_min_val, thr);
-      const T g_total = static_cast<T>(pgo[k] + pgs[k]);
+      // No grad_scale: a zero, added as the materialized zeros were (-0 + 0 is +0).
+      const T g_total = static_cast<T>((pgo != nullptr ? pgo[k] : T(0)) + pgs[k]);
       const T g1 = static_cast<T>(g_total * scalar_math::sign(ch.q));
       const T g2 = static_cast<T>(g1 / thr);
       g3[k] = static_cast<T>(g2 * scalar_math::sign(ch.c0));

@@ -38,9 +38,9 @@
       const at::Tensor& w, const at::Tensor& bit_width, std::optional<int64_t> channel_dim, bool is_signed,       \
       bool narrow_range, std::optional<double> scaling_min_val, c10::string_view rounding_mode, bool clamp_ste);  \
   at::Tensor abs_max_int_quant_backward_cpu(                                                                      \
-      const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w, const at::Tensor& scale,         \
-      const at::Tensor& bit_width, std::optional<int64_t> channel_dim, bool is_signed, bool narrow_range,         \
-      std::optional<double> scaling_min_val, c10::string_view rounding_mode, bool clamp_ste);                     \
+      const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale, const at::Tensor& w,                   \
+      const at::Tensor& scale, const at::Tensor& bit_width, std::optional<int64_t> channel_dim, bool is_signed,   \
+      bool narrow_range, std::optional<double> scaling_min_val, c10::string_view rounding_mode, bool clamp_ste);  \
   at::Tensor binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale);                                      \
   at::Tensor clamped_binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale);                              \
   std::tuple<at::Tensor, at::Tensor> binary_quant_backward_cpu(                                                   \

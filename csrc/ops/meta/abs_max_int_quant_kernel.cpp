@@ -16,8 +16,8 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant_meta(const at::Tensor& w, c
   return {empty_output_like(w), at::empty_symint(ops::detail::abs_max_scale_shape(w, dim), w.options())};
 }
 
-at::Tensor abs_max_int_quant_backward_meta(const at::Tensor& grad, const at::Tensor& grad_scale, const at::Tensor& w,
-                                           const at::Tensor& scale, const at::Tensor& bit_width,
+at::Tensor abs_max_int_quant_backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
+                                           const at::Tensor& w, const at::Tensor& scale, const at::Tensor& bit_width,
                                            std::optional<int64_t> channel_dim, bool, bool,
                                            std::optional<double> scaling_min_val, c10::string_view rounding_mode,
                                            bool) {

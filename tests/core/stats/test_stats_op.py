@@ -231,6 +231,22 @@ def test_per_tensor_low_percentile_sees_past_a_nan():
     assert torch.kthvalue(x, 1).values.item() == -100.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_per_tensor_abs_percentile_by_magnitude_and_nan(dtype):
+    """Negative extremes count by magnitude, as kthvalue of |x| has them, in the blocks and in
+    the tail; a NaN anywhere gives NaN (the README's NaN policy: it ranks first among the
+    blocks, then the pick among the top t propagates it, where kthvalue would skip it)."""
+    x = torch.randn(6400, generator=torch.Generator().manual_seed(14)).to(dtype)
+    x[70], x[700], x[6399] = -90.0, 80.0, -85.0
+    n = x.numel()
+    for q in (99.999, 99.95):
+        k = _high_k(q, n)
+        assert torch.equal(AbsPercentile(q, None)(x.view(1, -1)), torch.kthvalue(x.abs(), k).values)
+        x_nan = x.clone()
+        x_nan[5] = float("nan")
+        assert AbsPercentile(q, None)(x_nan.view(1, -1)).isnan()
+
+
 def test_one_dimensional_input_keeps_its_reduced_dim():
     x = torch.randn(6400, generator=torch.Generator().manual_seed(13))
     for module in (

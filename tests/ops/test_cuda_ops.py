@@ -669,12 +669,12 @@ def test_abs_max_int_quant_matches_cpu(layout, dtype, clamp_ste):
     w = make_x(shape, mem, dtype)
     bw = torch.tensor(8.0)
     args = (dim, True, True, 1e-8, "round", clamp_ste)
+    g = rand(tuple(w.shape), dtype=torch.float64, seed=11).to(dtype)
 
     def run(device):
         leaf_w = leaf(w.to(device))
         y, s = OPS.abs_max_int_quant(leaf_w, bw.to(device), *args)
-        g = rand(tuple(y.shape), dtype=torch.float64, seed=11).to(dtype).to(device)
-        (y * g).sum().backward()
+        (y * g.to(device)).sum().backward()
         return y.detach().cpu(), s.detach().cpu(), leaf_w.grad.cpu()
 
     y, s, gw = run("cpu")
@@ -683,7 +683,6 @@ def test_abs_max_int_quant_matches_cpu(layout, dtype, clamp_ste):
     assert_bitwise(cs, s)
     # The scale's gradient, a sum over a channel, reaches each channel's max element: there the
     # two summation orders may differ by the sum's rounding, eps * sum |terms|.
-    g = rand(tuple(y.shape), dtype=torch.float64, seed=11).to(dtype)
     terms = (g.double() * y.double() / s.double()).abs()
     bound = 4 * torch.finfo(dtype).eps * float(terms.sum())
     tol = grad_tolerance(dtype)

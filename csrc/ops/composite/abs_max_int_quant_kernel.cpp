@@ -16,6 +16,7 @@ constexpr const char* kOp = "abs_max_int_quant";
 // NaN), so |m| = m, the signed clamp is clamp_min(m, lo) (NaN passing) and |c0| / threshold
 // is c0 / threshold; |q| stays, for a threshold below 0 (a bit width below 1, which int_quant
 // rejects or, on a GPU, turns into NaN).
+
 // max |w| over the tensor or per channel (in the scale's shape), with what the backward needs
 // to find the maxima.
 struct MaxAbs {

@@ -26,7 +26,7 @@ from brevitas_cpp.core.function_wrapper import (
     OverTensorView,
     ScalarSignedClampMinSte,
 )
-from brevitas_cpp.core.quant._fusion import on_kernel_device
+from brevitas_cpp.core.quant._fusion import is_kernel_float, is_single_value, on_kernel_device
 from brevitas_cpp.core.quant.int_base import IntQuant
 from brevitas_cpp.core.restrict_val import FloatRestrictValue, _ClampValue, _RestrictClampValue
 from brevitas_cpp.core.scaling.int_scaling import IntScaling, PowerOfTwoIntScaling
@@ -161,14 +161,16 @@ def fused_weight_fits(x: Tensor, bit_width: Tensor, channels: int, scale_rank: i
     kernel device with its bit width in x's dtype (so the threshold divides in x's dtype, as
     IntScaling's does), and, per channel, x of the scale's rank with C channels first."""
     if not (
-        x.is_floating_point()
+        is_kernel_float(x.dtype)
         and on_kernel_device(x)
         and bit_width.dtype == x.dtype
         and bit_width.device == x.device
-        and bit_width.numel() == 1
-        and x.numel() > 0
+        and is_single_value(bit_width)
     ):
         return False
+    for size in x.size():  # x.numel() > 0 (numel is a dispatcher call under TorchScript)
+        if size == 0:
+            return False
     if channels < 0:
         return True
     return x.dim() == scale_rank and x.size(0) == channels

@@ -42,6 +42,25 @@ def broadcasts_into(param: Tensor, x: Tensor) -> bool:
     return True
 
 
+def is_kernel_float(dtype: torch.dtype) -> bool:
+    """The ops' dtypes (float8 is floating but has no kernels). Compared by value: TorchScript
+    reads dtype without a dispatcher call, where x.is_floating_point() makes one per quantizer."""
+    return (
+        dtype == torch.float32
+        or dtype == torch.float64
+        or dtype == torch.float16
+        or dtype == torch.bfloat16
+    )
+
+
+def is_single_value(t: Tensor) -> bool:
+    """t.numel() == 1, from its sizes (numel is a dispatcher call under TorchScript)."""
+    for size in t.size():
+        if size != 1:
+            return False
+    return True
+
+
 def on_kernel_device(x: Tensor) -> bool:
     """The ops have CPU, CUDA and Meta (tracing, shape propagation) kernels; a CUDA torch with a
     CPU-only build of brevitas_cpp runs the composite kernels there. Other devices take the
@@ -54,7 +73,7 @@ def scaled_operands_fit(x: Tensor, scale: Tensor) -> bool:
     """binary_quant, clamped_binary_quant and ternary_quant accept (x, scale) as they are and
     then compute in the dtype Brevitas's composition would."""
     return (
-        x.is_floating_point()
+        is_kernel_float(x.dtype)
         and on_kernel_device(x)
         and scale.device == x.device
         and scale.dtype == x.dtype
@@ -70,6 +89,6 @@ def int_operands_fit(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Te
         and zero_point.device == x.device
         and zero_point.dtype == x.dtype
         and broadcasts_into(zero_point, x)
-        and bit_width.numel() == 1
+        and is_single_value(bit_width)
         and bit_width.device == x.device
     )

@@ -37,10 +37,29 @@ void store_rounded(const double* acc, int64_t K, at::Tensor& out) {
   T* po = out.mutable_data_ptr<T>();
   for (int64_t k = 0; k < K; ++k) po[k] = static_cast<T>(acc[k]);
 }
+// T(acc_a[k]) + T(acc_b[k]) into out's contiguous storage: each rounded to T, added in T.
+template <typename T>
+void store_rounded_sum(const double* acc_a, const double* acc_b, int64_t K, at::Tensor& out) {
+  T* po = out.mutable_data_ptr<T>();
+  for (int64_t k = 0; k < K; ++k) po[k] = static_cast<T>(static_cast<T>(acc_a[k]) + static_cast<T>(acc_b[k]));
+}
 }  // namespace
 
 at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype) {
-  return at::empty_like(x, x.options().dtype(dtype), at::MemoryFormat::Preserve);
+  // What empty_like(x, Preserve) allocates, in one dispatcher call where empty_like makes two
+  // (it calls empty_strided): every op allocates its outputs here, on every step.
+  // A tensor with gaps (rare) takes empty_like itself, which infers dense strides in x's order.
+  const auto options = x.options().dtype(dtype);
+  if (x.is_non_overlapping_and_dense()) return at::empty_strided_symint(x.sym_sizes(), x.sym_strides(), options);
+  return at::empty_like(x, options, at::MemoryFormat::Preserve);
+}
+
+at::Tensor cpu_zero_scalar(at::ScalarType dtype) {
+  // Zero is all-zero bytes in every floating dtype; the memory is never written (const by
+  // contract), so one static block serves every call without an allocation.
+  alignas(16) static const unsigned char kZeroBytes[16] = {};
+  TORCH_INTERNAL_ASSERT(c10::elementSize(dtype) <= sizeof(kZeroBytes));
+  return at::from_blob(const_cast<unsigned char*>(kZeroBytes), {}, at::TensorOptions().dtype(dtype));
 }
 
 at::Tensor dense_or_contiguous(const at::Tensor& t) {
@@ -49,7 +68,7 @@ at::Tensor dense_or_contiguous(const at::Tensor& t) {
 
 at::Tensor with_layout_of(const at::Tensor& t, const at::Tensor& like) {
   if (t.strides() == like.strides()) return t;
-  return at::empty_like(like, t.options()).copy_(t);
+  return empty_output_like(like, t.scalar_type()).copy_(t);
 }
 
 ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor> params, at::ScalarType dtype,
@@ -148,6 +167,23 @@ at::Tensor ParamLayout::fold_to(const double* acc_k, const at::Tensor& param) co
   at::Tensor owned = at::empty({K}, at::TensorOptions().dtype(at::kDouble));
   std::copy(acc_k, acc_k + K, owned.mutable_data_ptr<double>());
   return fold_tensor_to(owned, param);
+}
+
+at::Tensor ParamLayout::fold_sum_to(const double* acc_a, const double* acc_b, const at::Tensor& param) const {
+  // The fast path of fold_to for both, added in T: one allocation where two folds and an add_
+  // make three dispatcher calls, with the same rounding (each sum to T, then T + T).
+  const auto type = param.scalar_type();
+  if (param.numel() == K && std::is_sorted(span_dims.begin(), span_dims.end()) &&
+      (type == at::kFloat || type == at::kDouble)) {
+    at::Tensor out = at::empty(param.sizes(), at::TensorOptions().dtype(type).device(param.device()));
+    if (type == at::kFloat) {
+      store_rounded_sum<float>(acc_a, acc_b, K, out);
+    } else {
+      store_rounded_sum<double>(acc_a, acc_b, K, out);
+    }
+    return out;
+  }
+  return fold_to(acc_a, param).add_(fold_to(acc_b, param));
 }
 
 at::Tensor ParamLayout::fold_tensor_to(const at::Tensor& acc_k, const at::Tensor& param) const {

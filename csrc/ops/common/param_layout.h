@@ -27,6 +27,8 @@ struct ParamLayout {
   // Folds K accumulated doubles (a gradient laid out like params) back to `param`'s shape
   // and dtype, as a new contiguous tensor.
   at::Tensor fold_to(const double* acc_k, const at::Tensor& param) const;
+  // fold_to(acc_a) + fold_to(acc_b), added in param's dtype (two uses of one parameter).
+  at::Tensor fold_sum_to(const double* acc_a, const double* acc_b, const at::Tensor& param) const;
   // The same from K doubles held in a tensor on any device (the GPU kernels' accumulators).
   at::Tensor fold_tensor_to(const at::Tensor& acc_k, const at::Tensor& param) const;
 
@@ -48,6 +50,10 @@ at::Tensor empty_output_like(const at::Tensor& x, at::ScalarType dtype);
 inline at::Tensor empty_output_like(const at::Tensor& x) {
   return empty_output_like(x, x.scalar_type());
 }
+
+// A 0-dim CPU tensor of `dtype` holding 0, over static read-only memory: no allocation and no
+// dispatcher call (the zero point of the abs-max weight quantizer, read on every step).
+at::Tensor cpu_zero_scalar(at::ScalarType dtype);
 
 // `t` itself when it is non-overlapping and dense, else a contiguous copy: a tensor that
 // can be walked by flat memory index.

@@ -154,7 +154,7 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant_cpu(const at::Tensor& w, co
                   " (w must be finite, and not all zero without scaling_min_val)");
     }
   });
-  const at::Tensor zero = at::zeros({}, w.options());
+  const at::Tensor zero = cpu_zero_scalar(w.scalar_type());
   at::Tensor y = int_quant_cpu(w, scale, zero, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste);
   return {y, scale};
 }
@@ -167,7 +167,7 @@ at::Tensor abs_max_int_quant_backward_cpu(const at::Tensor& grad, const std::opt
   const int64_t dim = ops::detail::check_abs_max_int_quant_backward_args(grad, grad_scale, w, scale, bit_width,
                                                                          channel_dim, scaling_min_val, rounding_mode);
   const int64_t b = check_bit_width(bit_width, kBackwardOp);
-  const at::Tensor zero = at::zeros({}, w.options());
+  const at::Tensor zero = cpu_zero_scalar(w.scalar_type());
   // w's straight-through gradient and the scale's gradient from y, as for the unfused IntQuant.
   auto [gx, gs, gz, gb] = int_quant_backward_cpu(grad, w, std::nullopt, scale, zero, bit_width, is_signed, narrow_range,
                                                  rounding_mode, clamp_ste, {true, true, false, false});

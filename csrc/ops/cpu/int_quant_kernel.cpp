@@ -231,9 +231,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
       });
     });
   }
-  if (want.scale) gs = L.fold_to(acc.data(), scale).add_(L.fold_to(acc.data() + L.K, scale));
-  if (want.zero_point)
-    gz = L.fold_to(acc.data() + 2 * L.K, zero_point).add_(L.fold_to(acc.data() + 3 * L.K, zero_point));
+  if (want.scale) gs = L.fold_sum_to(acc.data(), acc.data() + L.K, scale);
+  if (want.zero_point) gz = L.fold_sum_to(acc.data() + 2 * L.K, acc.data() + 3 * L.K, zero_point);
   if (want.bounds) {
     const double bw = static_cast<double>(b);
     // The bounds' gradients are sums in x's dtype (the composition casts max_int to it).

@@ -226,6 +226,53 @@ TEST(ParamLayout, OutputLayoutHelpers) {
   const at::Tensor moved = with_layout_of(t, cl);
   EXPECT_EQ(moved.strides(), cl.strides());
   EXPECT_TRUE(bitwise_equal(moved, t));
+  // Not dense (every other column): empty_like's own choice of strides.
+  const at::Tensor gaps = cl.slice(3, 0, 5, 2);
+  ASSERT_FALSE(gaps.is_non_overlapping_and_dense());
+  const at::Tensor out = empty_output_like(gaps, at::kDouble);
+  EXPECT_EQ(out.sizes(), gaps.sizes());
+  EXPECT_EQ(out.scalar_type(), at::kDouble);
+  EXPECT_EQ(out.strides(), at::empty_like(gaps).strides());
+  // A permuted dense tensor keeps its strides, and so does a Meta tensor.
+  const at::Tensor perm = at::empty({4, 2, 3}).permute({1, 2, 0});
+  EXPECT_EQ(empty_output_like(perm).strides(), perm.strides());
+  const at::Tensor meta = at::empty({4, 2, 3}, at::TensorOptions().device(at::kMeta)).permute({2, 0, 1});
+  const at::Tensor meta_out = empty_output_like(meta);
+  EXPECT_TRUE(meta_out.is_meta());
+  EXPECT_EQ(meta_out.strides(), meta.strides());
+}
+
+TEST(ParamLayout, FoldSumToRoundsEachSumThenAddsInTheDtype) {
+  const at::Tensor x = at::empty({2, 3});
+  const at::Tensor s = at::ones({3});
+  const ParamLayout L = make_param_layout(x, {s}, at::kFloat);
+  ASSERT_TRUE(has_layout(L, {2, 3, 1}) || has_layout(L, {1, 6, 1}) || L.K == 3);
+  // 1 + 2^-30 rounds to 1 in float; the exact double sum would round to 1 + 2^-23.
+  const double tiny = std::ldexp(1.0, -30);
+  const std::vector<double> a{1.0 + tiny, 0.5, -3.0}, b{std::ldexp(1.0, -23) - tiny, 0.25, 1e10};
+  const at::Tensor sum = L.fold_sum_to(a.data(), b.data(), s);
+  EXPECT_EQ(sum.sizes(), s.sizes());
+  EXPECT_EQ(sum.scalar_type(), at::kFloat);
+  for (int64_t k = 0; k < 3; ++k) {
+    const float expected = static_cast<float>(a[k]) + static_cast<float>(b[k]);
+    EXPECT_EQ(sum[k].item<float>(), expected) << "k = " << k;
+  }
+  // The general path (a per-tensor parameter over a K of 3: the entries summed) is fold_to + fold_to.
+  const at::Tensor p = at::ones({}, at::kDouble);
+  const at::Tensor general = L.fold_sum_to(a.data(), b.data(), p);
+  EXPECT_EQ(general.dim(), 0);
+  EXPECT_EQ(general.item<double>(), (a[0] + a[1] + a[2]) + (b[0] + b[1] + b[2]));
+}
+
+TEST(ParamLayout, CpuZeroScalarIsAZeroOfEveryFloatingDtype) {
+  for (const auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    const at::Tensor z = cpu_zero_scalar(dtype);
+    EXPECT_EQ(z.dim(), 0);
+    EXPECT_EQ(z.scalar_type(), dtype);
+    EXPECT_TRUE(z.device().is_cpu());
+    EXPECT_EQ(z.item<double>(), 0.0);
+    EXPECT_FALSE(std::signbit(z.item<double>()));
+  }
 }
 
 }  // namespace

@@ -38,6 +38,39 @@ inline Clamped<T> clamp_as_brevitas(const Vec<T>& r, const IntBounds<T>& b) {
   return {Vec<T>::blendv(c1, b.lo, below), above, below};
 }
 
+// The value alone: at::vec's clamp_max(a, m) is a > m ? m : a and clamp_min(a, m) is
+// a < m ? m : a on every instruction set (NaN and -0 kept), the two wheres above, without
+// materialising comparison vectors (each a compare and a blend on AVX512).
+template <typename T>
+inline Vec<T> clamp_value_as_brevitas(const Vec<T>& r, const IntBounds<T>& b) {
+  return at::vec::clamp_min(at::vec::clamp_max(r, b.hi), b.lo);
+}
+
+// q = the clamp of r as above, and gs where the clamp let the gradient through (+0 where it
+// acted). On AVX512 the comparisons stay lane masks: at::vec widens each to a vector and
+// converts it back for the blend, three instructions where one does.
+template <typename T>
+inline Vec<T> clamp_and_pass(const Vec<T>& r, const Vec<T>& gs, const IntBounds<T>& b, Vec<T>& q) {
+#if defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    const __mmask16 above = _mm512_cmp_ps_mask(r, b.hi, _CMP_GT_OQ);
+    const __m512 c1 = _mm512_mask_blend_ps(above, r, b.hi);
+    const __mmask16 below = _mm512_cmp_ps_mask(c1, b.lo, _CMP_LT_OQ);
+    q = _mm512_mask_blend_ps(below, c1, b.lo);
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~(above | below)), gs);
+  } else if constexpr (std::is_same_v<T, double>) {
+    const __mmask8 above = _mm512_cmp_pd_mask(r, b.hi, _CMP_GT_OQ);
+    const __m512d c1 = _mm512_mask_blend_pd(above, r, b.hi);
+    const __mmask8 below = _mm512_cmp_pd_mask(c1, b.lo, _CMP_LT_OQ);
+    q = _mm512_mask_blend_pd(below, c1, b.lo);
+    return _mm512_maskz_mov_pd(static_cast<__mmask8>(~(above | below)), gs);
+  }
+#endif
+  const Clamped<T> c = clamp_as_brevitas(r, b);
+  q = c.value;
+  return Vec<T>::blendv(gs, Vec<T>(T(0)), c.above | c.below);
+}
+
 template <typename T, RoundingMode M, bool kWithMask>
 void forward_loop(const T* px, T* py, bool* pmask, const ParamLayout& L, int64_t n, const IntBounds<T>& bounds) {
   const T* ps = L.params[0].const_data_ptr<T>();
@@ -48,9 +81,14 @@ void forward_loop(const T* px, T* py, bool* pmask, const ParamLayout& L, int64_t
         const Vec<T> s = load_param(ps, k, j, strided, c);
         const Vec<T> z = load_param(pz, k, j, strided, c);
         const Vec<T> t = Vec<T>::loadu(px + off + j, c) / s;
-        const Clamped<T> q = clamp_as_brevitas(vec_math::round_as<M, T>(t + z), bounds);
-        ((q.value - z) * s).store(py + off + j, c);
-        if constexpr (kWithMask) store_clear_lanes<T>(q.above | q.below, pmask + off + j, c);
+        const Vec<T> r = vec_math::round_as<M, T>(t + z);
+        if constexpr (kWithMask) {
+          const Clamped<T> q = clamp_as_brevitas(r, bounds);
+          ((q.value - z) * s).store(py + off + j, c);
+          store_clear_lanes<T>(q.above | q.below, pmask + off + j, c);
+        } else {
+          ((clamp_value_as_brevitas(r, bounds) - z) * s).store(py + off + j, c);
+        }
       });
     });
   });
@@ -156,10 +194,21 @@ std::vector<double> grad_full_loop(const T* pg, const T* px, T* pgx, const Param
         const Vec<T> z = load_param(pz, k, j, strided, c);
         const Vec<T> g = Vec<T>::loadu(pg + off + j, c);
         const Vec<T> t = Vec<T>::loadu(px + off + j, c) / s;
-        const Clamped<T> q = clamp_as_brevitas(vec_math::round_as<M, T>(t + z), bounds);
+        const Vec<T> r = vec_math::round_as<M, T>(t + z);
         const Vec<T> zero(T(0));
         const Vec<T> gs = g * s;
-        const Vec<T> gt = kClampSte ? gs : Vec<T>::blendv(gs, zero, q.above | q.below);
+        // Only the bounds' gradients read where the clamp acted; otherwise the clamped value
+        // (and with clamp_ste not even the pass mask) is all that is needed.
+        Clamped<T> q;
+        Vec<T> gt = gs;
+        if constexpr (kClampSte) {
+          q.value = clamp_value_as_brevitas(r, bounds);
+        } else if (want.bounds) {
+          q = clamp_as_brevitas(r, bounds);
+          gt = Vec<T>::blendv(gs, zero, q.above | q.below);
+        } else {
+          gt = clamp_and_pass(r, gs, bounds, q.value);
+        }
         if (pgx) (gt / s).store(pgx + off + j, c);
         if (want.scale) {
           sum_s_mul.add(j, g * (q.value - z), c);

@@ -267,6 +267,17 @@ def assert_layout_kept(fn: Callable[[Tensor], Tensor], x: Tensor, expected: Tens
 # with inputs requiring grad opcheck must skip test_aot_dispatch_dynamic, which differentiates them.
 NO_AOT = ("test_schema", "test_autograd_registration", "test_faketensor")
 MASKS2 = [[True, False], [False, True], [True, True], [False, False]]
+# output_mask values for the int_quant-family backward ops (x, scale, zero point, bit width).
+MASKS4 = [
+    [True, False, False, False],
+    [False, True, False, False],
+    [False, False, True, False],
+    [False, False, False, True],
+    [True, True, True, True],
+    [False, True, True, True],
+    [True, True, False, False],
+    [False, False, False, False],
+]
 
 
 def backward_op_utils(requires_grad: bool) -> Tuple[str, ...]:

@@ -33,6 +33,8 @@ EXPECTED_OPS = {
     "int_quant",
     "_int_quant_with_mask",
     "_int_quant_backward",
+    "relu_int_quant",
+    "_relu_int_quant_backward",
     "abs_max_int_quant",
     "_abs_max_int_quant_backward",
     "binary_quant",

@@ -35,6 +35,7 @@ from brevitas_cpp.function.quant import (
     float_quant,
     int_quant,
     quantization_int8,
+    relu_int_quant,
     ternary_quant,
 )
 from brevitas_cpp.function.shape import (
@@ -70,6 +71,7 @@ __all__ = [
     "over_output_features",
     "over_tensor",
     "quantization_int8",
+    "relu_int_quant",
     "round_ste",
     "round_to_zero",
     "round_to_zero_ste",

@@ -29,6 +29,24 @@ def int_quant(
     )
 
 
+def relu_int_quant(
+    x: Tensor,
+    scale: Tensor,
+    zero_point: Tensor,
+    bit_width: Tensor,
+    signed: bool,
+    narrow_range: bool,
+    rounding_mode: str = "round",
+    clamp_ste: bool = False,
+) -> Tensor:
+    """int_quant(torch.relu(x), ...) in one pass (QuantReLU's activation and quantizer), with the
+    same values and gradients: relu(x) is never written, and ReLU's gradient mask is applied as
+    x's gradient is."""
+    return torch.ops.brevitas_cpp.relu_int_quant(
+        x, scale, zero_point, bit_width, signed, narrow_range, rounding_mode, clamp_ste
+    )
+
+
 def abs_max_int_quant(
     w: Tensor,
     bit_width: Tensor,

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from brevitas_cpp import jit
+from brevitas_cpp.core.quant._learned_act import learned_act_forward
 from brevitas_cpp.proxy.quant_proxy import (
     QuantProxyFromInjector,
     QuantProxyProtocol,
@@ -73,15 +74,29 @@ class _TensorQuantDisabledIdentity(jit.ScriptModule):
 
 
 class FusedActivationQuantProxy(jit.ScriptModule):
-    """activation_impl then tensor_quant, in one (scriptable) module."""
+    """activation_impl then tensor_quant, in one (scriptable) module. In eager mode a ReLU
+    followed by the stock activation quantizer in its learned phase is one op, relu_int_quant
+    (see core/quant/_learned_act.py): relu(x) is then never written nor read back."""
 
     def __init__(self, activation_impl: nn.Module, tensor_quant: nn.Module) -> None:
         super().__init__()
         self.activation_impl = activation_impl
         self.tensor_quant = tensor_quant
 
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name == "activation_impl":
+            # Eager mode only; a plain attribute TorchScript never reads. An in-place ReLU
+            # writes its input, which the fused op would not: it keeps the two calls.
+            self.__dict__["relu_first"] = type(value) is nn.ReLU and not value.inplace
+
     @jit.script_method
     def forward(self, x: Tensor):
+        if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
+            if self.relu_first and getattr(self.tensor_quant, "learned_act", False):
+                out = learned_act_forward(self.tensor_quant, x, relu=True)
+                if out is not None:
+                    return out
         x = self.activation_impl(x)
         return self.tensor_quant(x)
 

@@ -49,8 +49,7 @@ IntQuantBackwardArgs check_int_quant_backward_args(const at::Tensor& grad, const
                                                    const std::optional<at::Tensor>& mask, const at::Tensor& scale,
                                                    const at::Tensor& zero_point, const at::Tensor& bit_width,
                                                    c10::string_view rounding_mode, bool clamp_ste,
-                                                   std::array<bool, 4> output_mask) {
-  constexpr const char* op = "_int_quant_backward";
+                                                   std::array<bool, 4> output_mask, const char* op) {
   const bool has_x = x.has_value() && x->defined();
   const bool has_mask = mask.has_value() && mask->defined();
   check_int_quant_args(has_x ? *x : grad, scale, zero_point, bit_width, rounding_mode, op);

@@ -53,7 +53,8 @@ IntQuantBackwardArgs check_int_quant_backward_args(const at::Tensor& grad, const
                                                    const std::optional<at::Tensor>& mask, const at::Tensor& scale,
                                                    const at::Tensor& zero_point, const at::Tensor& bit_width,
                                                    c10::string_view rounding_mode, bool clamp_ste,
-                                                   std::array<bool, 4> output_mask);
+                                                   std::array<bool, 4> output_mask,
+                                                   const char* op = "_int_quant_backward");
 }  // namespace detail
 
 }  // namespace brevitas_cpp::ops

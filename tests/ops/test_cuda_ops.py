@@ -703,3 +703,35 @@ def test_abs_max_int_quant_opcheck_and_no_host_sync_on_gpu():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert wl.grad.device.type == CUDA
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("clamp_ste", [False, True])
+def test_relu_int_quant_matches_cpu(dtype, clamp_ste):
+    """relu_int_quant on CUDA (its composite: torch.relu, then int_quant's CUDA kernels) against
+    the CPU kernel: values and x's gradient bit for bit, the scale's at the dtype's precision; and
+    no host synchronisation in forward and backward."""
+    x = make_x((4, 6, 5, 3), "channels_last", dtype)
+    s = (rand_pos((1, 6, 1, 1), dtype=torch.float64) * 0.3).to(dtype)
+    z, bw = torch.zeros((), dtype=dtype), torch.tensor(4.0)
+    g = rand(tuple(x.shape), dtype=torch.float64, seed=11).to(dtype)
+
+    def run(device):
+        xd, sd, zd, bd, gd = (t.to(device) for t in (x, s, z, bw, g))
+        torch.cuda.synchronize()
+        if device == CUDA:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            lx, ls = leaf(xd), leaf(sd)
+            y = OPS.relu_int_quant(lx, ls, zd, bd, False, False, "round", clamp_ste)
+            (y * gd).sum().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return y.detach().cpu(), lx.grad.cpu(), ls.grad.cpu()
+
+    y, gx, gs = run("cpu")
+    cy, cgx, cgs = run(CUDA)
+    assert_bitwise(cy, y)
+    assert_bitwise(cgx, gx)
+    tol = grad_tolerance(dtype)
+    torch.testing.assert_close(cgs, gs, rtol=tol["rtol"], atol=max(tol["atol"], 1e-3))

@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers import (
     DTYPES,
+    MASKS4,
     MODES,
     ROUND,
     assert_bitwise,
@@ -706,18 +707,6 @@ def test_int_quant_backward_x_only_from_x_masks_clamped():
         g, x, None, s, z, bw, True, False, "round", False, [True, False, False, False]
     )
     assert torch.equal(gx, torch.tensor([0.0, 1.0, 1.0, 0.0]))
-
-
-MASKS4 = [
-    [True, False, False, False],
-    [False, True, False, False],
-    [False, False, True, False],
-    [False, False, False, True],
-    [True, True, True, True],
-    [False, True, True, True],
-    [True, True, False, False],
-    [False, False, False, False],
-]
 
 
 @pytest.mark.parametrize("output_mask", MASKS4, ids=lambda m: "".join("1" if b else "0" for b in m))

@@ -4,7 +4,8 @@ A RescalingIntQuant of a constant bit width, a learned ParameterFromRuntimeStats
 point 0 and a fused IntQuant computes, on every training step, clamp_min(value) / threshold
 and then int_quant. Its module chain (scaling_impl, bit width, zero point, IntQuant) costs more
 Python than those two ops; in eager mode forward calls them directly. TorchScript compiles the
-module chain, where module calls cost little, and never sees this code."""
+module chain, where module calls cost little, and never sees this code. After a ReLU
+(FusedActivationQuantProxy, QuantReLU's) the two are one op, relu_int_quant."""
 
 from typing import Optional
 
@@ -16,7 +17,7 @@ from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.int_base import IntQuant
 from brevitas_cpp.core.scaling.standalone import ParameterFromRuntimeStatsScaling
 from brevitas_cpp.core.zero_point import ZeroZeroPoint
-from brevitas_cpp.function import int_quant
+from brevitas_cpp.function import int_quant, relu_int_quant
 
 
 def learned_act_fits(block: Module) -> bool:
@@ -32,9 +33,10 @@ def learned_act_fits(block: Module) -> bool:
     )
 
 
-def learned_act_forward(block: Module, x) -> Optional[QuantBlockOutput]:
-    """block's forward in its learned training phase, or None where it is not in that phase or
-    the fused op does not take the operands (block's own forward then runs)."""
+def learned_act_forward(block: Module, x, relu: bool = False) -> Optional[QuantBlockOutput]:
+    """block's forward in its learned training phase (of torch.relu(x) with relu: one op,
+    relu_int_quant), or None where it is not in that phase or the fused op does not take the
+    operands (the caller then runs its modules)."""
     scaling = block.scaling_impl
     if not scaling.training or scaling.counter <= scaling.collect_stats_steps:
         return None
@@ -48,7 +50,8 @@ def learned_act_forward(block: Module, x) -> Optional[QuantBlockOutput]:
     scale = scaling._learned_scale(block.const_int_threshold.value)
     if not int_operands_fit(x, scale, zero_point, bit_width):
         return None
-    y = int_quant(
+    fused = relu_int_quant if relu else int_quant
+    y = fused(
         x, scale, zero_point, bit_width, iq.signed, iq.narrow_range, iq.rounding_mode, iq.clamp_ste
     )
     return y, scale, zero_point, bit_width

@@ -1,3 +1,4 @@
+#include "ops/autograd/int_quant_config.h"
 #include "ops/int_quant.h"
 
 #include <torch/autograd.h>
@@ -21,10 +22,7 @@ class IntQuantFunction : public torch::autograd::Function<IntQuantFunction> {
                             const at::Tensor& zero_point, const at::Tensor& bit_width, bool is_signed,
                             bool narrow_range, c10::string_view rounding_mode, bool clamp_ste) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    ctx->saved_data["signed"] = is_signed;
-    ctx->saved_data["narrow_range"] = narrow_range;
-    ctx->saved_data["rounding_mode"] = std::string(rounding_mode);
-    ctx->saved_data["clamp_ste"] = clamp_ste;
+    IntQuantConfig{is_signed, narrow_range, std::string(rounding_mode), clamp_ste}.save(ctx);
     const bool params_need_grad = scale.requires_grad() || zero_point.requires_grad() || bit_width.requires_grad();
     if (params_need_grad) {
       ctx->save_for_backward({x, at::Tensor(), scale, zero_point, bit_width});
@@ -42,29 +40,20 @@ class IntQuantFunction : public torch::autograd::Function<IntQuantFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& grad = grad_outputs[0];
-    const std::array<bool, 4> output_mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2),
-                                          ctx->needs_input_grad(3)};
-    variable_list out(8);
-    if (!grad.defined()) return out;
+    if (!grad.defined()) return variable_list(8);
     auto opt = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
-    auto [gx, gs, gz, gb] = ops::_int_quant_backward(
-        grad, opt(saved[0]), opt(saved[1]), saved[2], saved[3], saved[4], ctx->saved_data["signed"].toBool(),
-        ctx->saved_data["narrow_range"].toBool(), ctx->saved_data["rounding_mode"].toStringRef(),
-        ctx->saved_data["clamp_ste"].toBool(), output_mask);
-    out[0] = gx;
-    out[1] = gs;
-    out[2] = gz;
-    out[3] = gb;
-    return out;
+    const IntQuantConfig c = IntQuantConfig::load(ctx);
+    auto [gx, gs, gz, gb] =
+        ops::_int_quant_backward(grad, opt(saved[0]), opt(saved[1]), saved[2], saved[3], saved[4], c.is_signed,
+                                 c.narrow_range, c.rounding_mode, c.clamp_ste, int_quant_grad_mask(ctx));
+    return int_quant_grads(gx, gs, gz, gb);
   }
 };
 
 at::Tensor int_quant_autograd(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                               const at::Tensor& bit_width, bool is_signed, bool narrow_range,
                               c10::string_view rounding_mode, bool clamp_ste) {
-  const bool needs_graph = at::GradMode::is_enabled() && (x.requires_grad() || scale.requires_grad() ||
-                                                          zero_point.requires_grad() || bit_width.requires_grad());
-  if (!needs_graph) {  // Inference: plain forward, nothing saved.
+  if (!int_quant_needs_graph(x, scale, zero_point, bit_width)) {  // Inference: plain forward, nothing saved.
     at::AutoDispatchBelowADInplaceOrView guard;
     return ops::int_quant(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste);
   }

@@ -101,6 +101,8 @@ TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
   BREVITAS_CPP_IMPL(m, "int_quant", int_quant_cpu);
   BREVITAS_CPP_IMPL(m, "_int_quant_with_mask", int_quant_with_mask_cpu);
   BREVITAS_CPP_IMPL(m, "_int_quant_backward", int_quant_backward_cpu);
+  BREVITAS_CPP_IMPL(m, "relu_int_quant", relu_int_quant_cpu);
+  BREVITAS_CPP_IMPL(m, "_relu_int_quant_backward", relu_int_quant_backward_cpu);
   BREVITAS_CPP_IMPL(m, "abs_max_int_quant", abs_max_int_quant_cpu);
   BREVITAS_CPP_IMPL(m, "_abs_max_int_quant_backward", abs_max_int_quant_backward_cpu);
   BREVITAS_CPP_IMPL(m, "binary_quant", binary_quant_cpu);

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import brevitas_cpp.core.quant.int as int_module
+import brevitas_cpp.proxy.runtime_quant as runtime_module
 from brevitas_cpp import jit
 from brevitas_cpp.core.zero_point import ZeroZeroPoint
 from brevitas_cpp.nn import QuantConv2d, QuantIdentity, QuantReLU
@@ -21,14 +22,17 @@ class Taken:
 
     def __init__(self, monkeypatch):
         self.count = 0
+        self.with_relu = 0  # of which QuantReLU's fused relu_int_quant
         original = int_module.learned_act_forward
 
-        def counting(block, x):
-            out = original(block, x)
+        def counting(block, x, relu=False):
+            out = original(block, x, relu)
             self.count += out is not None
+            self.with_relu += out is not None and relu
             return out
 
         monkeypatch.setattr(int_module, "learned_act_forward", counting)
+        monkeypatch.setattr(runtime_module, "learned_act_forward", counting)
 
 
 def make(kind: str, bits: int):
@@ -79,6 +83,7 @@ def test_shortcut_equals_the_module_chain(kind, bits, dtype, monkeypatch):
     assert taken.count == 0
     got = train(fast, dtype)
     assert taken.count == 2  # steps 3 and 4: past collect_stats_steps=2 and its hand-over step
+    assert taken.with_relu == (2 if kind == "relu" else 0)  # QuantReLU: relu_int_quant
     for (y, gx, gp), (wy, wgx, wgp) in zip(got, want):
         assert y.dtype == wy.dtype and torch.equal(y, wy)
         assert torch.equal(torch.signbit(y), torch.signbit(wy))
@@ -122,3 +127,34 @@ def test_other_operands_take_the_chain(monkeypatch):
     x = torch.randn(2, 3, 4, 4, dtype=torch.float64)
     assert torch.equal(layer(x), ref(x))
     assert taken.count == 0
+
+
+def test_relu_fusion_only_for_an_out_of_place_relu(monkeypatch):
+    """QuantReLU's ReLU is fused into relu_int_quant; an in-place ReLU (which writes its input)
+    or another activation keeps its own call, with the chain's numbers."""
+    layer = make("relu", 8)
+    train(layer, torch.float32)
+    proxy = layer.act_quant.fused_activation_quant_proxy
+    taken = Taken(monkeypatch)
+    x = torch.randn(2, 3, 4, 4)
+    y = layer(x)
+    assert (taken.count, taken.with_relu) == (1, 1)
+
+    proxy.activation_impl = torch.nn.ReLU(inplace=True)
+    x_inplace = x.clone()
+    y_inplace = layer(x_inplace)
+    assert (taken.count, taken.with_relu) == (2, 1)  # the quantizer's shortcut alone
+    assert torch.equal(x_inplace, torch.relu(x))  # the in-place ReLU wrote its input
+    assert torch.equal(y_inplace, y)
+
+    proxy.activation_impl = torch.nn.Hardtanh(0.0, 1.0)
+    y_other = layer(x)
+    assert (taken.count, taken.with_relu) == (3, 1)
+    ref = make("relu", 8)
+    train(ref, torch.float32)
+    assert torch.equal(
+        y_other,
+        ref.act_quant.fused_activation_quant_proxy.tensor_quant(
+            torch.nn.functional.hardtanh(x, 0.0, 1.0)
+        )[0],
+    )

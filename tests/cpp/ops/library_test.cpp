@@ -30,6 +30,8 @@ const std::vector<std::string>& all_ops() {
                                             "int_quant",
                                             "_int_quant_with_mask",
                                             "_int_quant_backward",
+                                            "relu_int_quant",
+                                            "_relu_int_quant_backward",
                                             "binary_quant",
                                             "_binary_quant_backward",
                                             "clamped_binary_quant",

@@ -78,10 +78,17 @@ class FusedActivationQuantProxy(jit.ScriptModule):
     followed by the stock activation quantizer in its learned phase is one op, relu_int_quant
     (see core/quant/_learned_act.py): relu(x) is then never written nor read back."""
 
+    __constants__ = ["relu_into_quant"]
+
     def __init__(self, activation_impl: nn.Module, tensor_quant: nn.Module) -> None:
         super().__init__()
         self.activation_impl = activation_impl
         self.tensor_quant = tensor_quant
+        # TorchScript's choice, fixed when scripted: tensor_quant.forward_after_relu fuses the
+        # ReLU into its quantizer (RescalingIntQuant's stock activation blocks).
+        self.relu_into_quant = self.relu_first and bool(
+            getattr(tensor_quant, "relu_fusable", False)
+        )
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
@@ -97,6 +104,9 @@ class FusedActivationQuantProxy(jit.ScriptModule):
                 out = learned_act_forward(self.tensor_quant, x, relu=True)
                 if out is not None:
                     return out
+        else:
+            if self.relu_into_quant:  # a constant: compiled only where it holds
+                return self.tensor_quant.forward_after_relu(x)
         x = self.activation_impl(x)
         return self.tensor_quant(x)
 

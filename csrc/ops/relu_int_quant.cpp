@@ -19,8 +19,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> _relu_int_quant_backw
     const at::Tensor& bit_width, bool is_signed, bool narrow_range, c10::string_view rounding_mode, bool clamp_ste,
     std::array<bool, 4> output_mask) {
   static auto op = op_handle<decltype(_relu_int_quant_backward)>("brevitas_cpp::_relu_int_quant_backward");
-  return op.call(grad, x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste,
-                 output_mask);
+  return op.call(grad, x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, clamp_ste, output_mask);
 }
 
 namespace detail {

@@ -21,12 +21,13 @@ from brevitas_cpp.core.quant._fused_weight import (
     fused_weight_fits,
     fused_weight_plan,
 )
+from brevitas_cpp.core.quant._fusion import int_operands_fit
 from brevitas_cpp.core.quant._learned_act import learned_act_fits, learned_act_forward
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.scaling import TruncMsbScaling
 from brevitas_cpp.core.utils import StatelessBuffer
-from brevitas_cpp.function import abs_max_int_quant
+from brevitas_cpp.function import abs_max_int_quant, relu_int_quant
 from brevitas_cpp.function.ops import max_int, min_int
 from brevitas_cpp.function.ops_ste import round_ste
 
@@ -108,6 +109,7 @@ class RescalingIntQuant(jit.ScriptModule):
         "fused_min_val",
         "fused_rounding_mode",
         "fused_clamp_ste",
+        "relu_fusable",
     ]
 
     def __init__(
@@ -152,6 +154,8 @@ class RescalingIntQuant(jit.ScriptModule):
         self.fused_clamp_ste = plan.clamp_ste if plan is not None else False
         # Eager mode only (see _learned_act.py); a plain attribute TorchScript never reads.
         self.__dict__["learned_act"] = learned_act_fits(self)
+        # The same blocks, as a TorchScript constant: forward_after_relu's fused branch.
+        self.relu_fusable = self.__dict__["learned_act"]
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
@@ -181,6 +185,39 @@ class RescalingIntQuant(jit.ScriptModule):
         if self.int_threshold_is_const:
             return self.const_int_threshold.value
         return self.int_scaling_impl(bit_width)
+
+    @jit.script_method
+    def forward_after_relu(self, x: Tensor) -> QuantBlockOutput:
+        """forward(torch.relu(x)); one op, relu_int_quant, where the stock activation quantizer
+        is in its learned training phase. TorchScript's path (FusedActivationQuantProxy calls it
+        when scripted); eager mode takes _learned_act.py's."""
+        if self.relu_fusable:  # a constant: TorchScript compiles this only for the stock blocks
+            scaling = self.scaling_impl
+            iq = self.int_quant
+            if (
+                iq.fused
+                and iq.view_is_identity
+                and iq.never_delays
+                and scaling.training
+                and scaling.counter > scaling.collect_stats_steps
+                and not self.observer_only
+            ):
+                bit_width = self.msb_clamp_bit_width_impl()
+                scale = scaling._learned_scale(self.int_threshold(bit_width))
+                zero_point = self.zero_point_impl(x, scale, bit_width)
+                if int_operands_fit(x, scale, zero_point, bit_width):
+                    y = relu_int_quant(
+                        x,
+                        scale,
+                        zero_point,
+                        bit_width,
+                        iq.signed,
+                        iq.narrow_range,
+                        iq.rounding_mode,
+                        iq.clamp_ste,
+                    )
+                    return y, scale, zero_point, bit_width
+        return self.forward(torch.relu(x))
 
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:

@@ -40,8 +40,8 @@ inline bool int_quant_needs_graph(const at::Tensor& x, const at::Tensor& scale, 
 }
 
 // backward's result: the four tensor inputs' gradients, none for the four other arguments.
-inline torch::autograd::variable_list int_quant_grads(const at::Tensor& gx, const at::Tensor& gs,
-                                                      const at::Tensor& gz, const at::Tensor& gb) {
+inline torch::autograd::variable_list int_quant_grads(const at::Tensor& gx, const at::Tensor& gs, const at::Tensor& gz,
+                                                      const at::Tensor& gb) {
   return {gx, gs, gz, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
 }
 

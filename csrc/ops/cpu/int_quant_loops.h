@@ -129,11 +129,12 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
     const IntBounds<scalar_t> bounds(bit_width, is_signed, narrow_range);
     dispatch_rounding_mode(mode, [&](auto m) {
       if (with_mask) {
-        forward_loop<scalar_t, decltype(m)::value, true, kRelu>(xd.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
-                                                         mask.mutable_data_ptr<bool>(), L, x.numel(), bounds);
+        forward_loop<scalar_t, decltype(m)::value, true, kRelu>(xd.const_data_ptr<scalar_t>(),
+                                                                y.mutable_data_ptr<scalar_t>(),
+                                                                mask.mutable_data_ptr<bool>(), L, x.numel(), bounds);
       } else {
-        forward_loop<scalar_t, decltype(m)::value, false, kRelu>(xd.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
-                                                          nullptr, L, x.numel(), bounds);
+        forward_loop<scalar_t, decltype(m)::value, false, kRelu>(
+            xd.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(), nullptr, L, x.numel(), bounds);
       }
     });
   });
@@ -258,10 +259,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_from_x(
       scalar_t* pgx = gx.defined() ? gx.mutable_data_ptr<scalar_t>() : nullptr;
       dispatch_rounding_mode(mode, [&](auto m) {
         constexpr RoundingMode M = decltype(m)::value;
-        acc = clamp_ste ? grad_full_loop<scalar_t, M, true, kRelu>(gd.const_data_ptr<scalar_t>(),
-                                                            xd.const_data_ptr<scalar_t>(), pgx, L, n, bounds, want)
-                        : grad_full_loop<scalar_t, M, false, kRelu>(gd.const_data_ptr<scalar_t>(),
-                                                             xd.const_data_ptr<scalar_t>(), pgx, L, n, bounds, want);
+        acc = clamp_ste ? grad_full_loop<scalar_t, M, true, kRelu>(
+                              gd.const_data_ptr<scalar_t>(), xd.const_data_ptr<scalar_t>(), pgx, L, n, bounds, want)
+                        : grad_full_loop<scalar_t, M, false, kRelu>(
+                              gd.const_data_ptr<scalar_t>(), xd.const_data_ptr<scalar_t>(), pgx, L, n, bounds, want);
       });
     });
   }

@@ -9,8 +9,8 @@ using namespace int_quant_loops;
 at::Tensor relu_int_quant_cpu(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                               const at::Tensor& bit_width, bool is_signed, bool narrow_range,
                               c10::string_view rounding_mode, bool /*clamp_ste: backward only*/) {
-  return std::get<0>(forward<true>(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, false,
-                                   "relu_int_quant"));
+  return std::get<0>(
+      forward<true>(x, scale, zero_point, bit_width, is_signed, narrow_range, rounding_mode, false, "relu_int_quant"));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> relu_int_quant_backward_cpu(

@@ -41,7 +41,8 @@ def relu_int_quant(
 ) -> Tensor:
     """int_quant(torch.relu(x), ...) in one pass (QuantReLU's activation and quantizer), with the
     same values and gradients: relu(x) is never written, and ReLU's gradient mask is applied as
-    x's gradient is."""
+    x's gradient is. Autograd keeps x (where torch.relu keeps its output), so x must not be
+    modified in place before backward."""
     return torch.ops.brevitas_cpp.relu_int_quant(
         x, scale, zero_point, bit_width, signed, narrow_range, rounding_mode, clamp_ste
     )

@@ -49,6 +49,16 @@ def global_module_hooks() -> bool:
     )
 
 
+def module_hooks(module: nn.Module) -> bool:
+    """Whether hooks were registered on module (which calling it would run)."""
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+    )
+
+
 def wraps_quant_tuple(forward: Callable) -> Callable:
     """Marks a proxy forward that only wraps ``quant_tuple``'s result (in a QuantTensor, and an
     inference cache): layers may then call quant_tuple directly. A subclass's own forward is
@@ -255,12 +265,7 @@ class QuantProxyFromInjector(
             as_quant_tensor
             or not isinstance(x, torch.Tensor)
             or self._export_mode
-            or bool(
-                self._forward_hooks
-                or self._forward_pre_hooks
-                or self._backward_hooks
-                or self._backward_pre_hooks
-            )
+            or module_hooks(self)
             or global_module_hooks()
             or not getattr(type(self).forward, "_returns_quant_tuple_wrapped", False)
             or self._fills_inference_cache()

@@ -10,10 +10,13 @@ from torch import Tensor, nn
 
 from brevitas_cpp import jit
 from brevitas_cpp.core.quant._learned_act import learned_act_forward
+from brevitas_cpp.core.quant.int import RescalingIntQuant
 from brevitas_cpp.proxy.quant_proxy import (
     QuantProxyFromInjector,
     QuantProxyProtocol,
     RetrievedMetadata,
+    global_module_hooks,
+    module_hooks,
     wraps_quant_tuple,
 )
 from brevitas_cpp.proxy.script import QuantTuple, script_error
@@ -74,33 +77,54 @@ class _TensorQuantDisabledIdentity(jit.ScriptModule):
 
 
 class FusedActivationQuantProxy(jit.ScriptModule):
-    """activation_impl then tensor_quant, in one (scriptable) module. In eager mode a ReLU
-    followed by the stock activation quantizer in its learned phase is one op, relu_int_quant
-    (see core/quant/_learned_act.py): relu(x) is then never written nor read back."""
+    """activation_impl then tensor_quant, in one (scriptable) module. After an out-of-place
+    nn.ReLU, the stock activation quantizer (RescalingIntQuant) in its learned phase is one op,
+    relu_int_quant (see core/quant/_learned_act.py): relu(x) is then never written nor read
+    back. Autograd then keeps x, where ReLU kept relu(x): x must not be modified in place
+    before backward."""
 
     __constants__ = ["relu_into_quant"]
+    # TorchScript's choice (see _relu_into_quant); a class default for modules pickled whole
+    # before it existed.
+    relu_into_quant: bool = False
 
     def __init__(self, activation_impl: nn.Module, tensor_quant: nn.Module) -> None:
         super().__init__()
         self.activation_impl = activation_impl
         self.tensor_quant = tensor_quant
-        # TorchScript's choice, fixed when scripted: tensor_quant.forward_after_relu fuses the
-        # ReLU into its quantizer (RescalingIntQuant's stock activation blocks).
-        self.relu_into_quant = self.relu_first and bool(
-            getattr(tensor_quant, "relu_fusable", False)
-        )
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
-        if name == "activation_impl":
-            # Eager mode only; a plain attribute TorchScript never reads. An in-place ReLU
-            # writes its input, which the fused op would not: it keeps the two calls.
-            self.__dict__["relu_first"] = type(value) is nn.ReLU and not value.inplace
+        if name in ("activation_impl", "tensor_quant") and "tensor_quant" in self._modules:
+            # Fixed when scripted (a constant), so decided whenever either block changes.
+            self.relu_into_quant = self._relu_into_quant()
+
+    def __prepare_scriptable__(self) -> "FusedActivationQuantProxy":
+        # torch.jit.script of an eager model: the constant as blocks, flags and hooks are now.
+        self.relu_into_quant = self._relu_into_quant()
+        return self
+
+    def _relu_into_quant(self) -> bool:
+        """Whether the ReLU can join the quantizer's op: an out-of-place nn.ReLU (an in-place
+        one writes its input, which the op would not), the stock RescalingIntQuant (a subclass
+        may compute otherwise) with the stock activation blocks, and no hooks that calling the
+        two modules would run."""
+        act, quant = self.activation_impl, self.tensor_quant
+        return (
+            type(act) is nn.ReLU
+            and not act.inplace
+            and type(quant) is RescalingIntQuant
+            and bool(quant.relu_fusable)
+            and not module_hooks(act)
+            and not module_hooks(quant)
+            and not global_module_hooks()
+        )
 
     @jit.script_method
     def forward(self, x: Tensor):
         if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
-            if self.relu_first and getattr(self.tensor_quant, "learned_act", False):
+            # Decided on every call in eager mode: blocks, flags and hooks may change.
+            if self._relu_into_quant() and self.tensor_quant.learned_act:
                 out = learned_act_forward(self.tensor_quant, x, relu=True)
                 if out is not None:
                     return out

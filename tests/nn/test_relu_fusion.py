@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.nn import QuantIdentity, QuantReLU
 from brevitas_cpp.quant import Uint8ActPerTensorFloat
 
@@ -55,3 +56,33 @@ def test_eval_keeps_the_two_calls():
     assert fused_calls(lambda: layer(x)) == 1
     layer.eval()
     assert fused_calls(lambda: layer(x)) == 0
+
+
+def trained_quant_relu():
+    layer = QuantReLU(act_quant=Uint8ActPerTensorFloat, bit_width=8, collect_stats_steps=1)
+    x = torch.randn(2, 3, 4, 4)
+    for _ in range(3):
+        train_step(layer, x)
+    return layer, x
+
+
+@pytest.mark.skipif(JIT_ENABLED, reason="eager blocks are replaced; scripted ones are fixed")
+def test_replaced_activation_or_hooks_keep_the_two_calls_eager_and_scripted():
+    layer, x = trained_quant_relu()
+    proxy = layer.act_quant.fused_activation_quant_proxy
+    ref_quant = proxy.tensor_quant
+    # Another activation: the chain, in eager mode and in a model scripted afterwards.
+    proxy.activation_impl = torch.nn.Hardtanh(0.0, 0.5)
+    want = ref_quant(torch.nn.functional.hardtanh(x, 0.0, 0.5))[0]
+    assert fused_calls(lambda: layer(x)) == 0
+    assert torch.equal(layer(x), want)
+    assert torch.equal(torch.jit.script(layer)(x), want)
+    # A hook on the ReLU must run: the two calls again.
+    proxy.activation_impl = torch.nn.ReLU()
+    assert fused_calls(lambda: layer(x)) == 1
+    seen = []
+    handle = proxy.activation_impl.register_forward_hook(lambda m, i, o: seen.append(o))
+    assert fused_calls(lambda: layer(x)) == 0 and len(seen) == 1
+    handle.remove()
+    assert fused_calls(lambda: layer(x)) == 1
+    assert fused_calls(lambda: torch.jit.script(layer)(x)) == 1

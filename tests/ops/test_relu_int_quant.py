@@ -89,6 +89,28 @@ def test_gradients_vs_relu_then_composition(dtype, clamp_ste, case):
                 torch.testing.assert_close(gb, rb, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("clamp_ste", [False, True])
+def test_x_and_scale_gradients_with_non_finite_inputs(dtype, clamp_ste):
+    # Only x and the scale asked for (the kernel's branch without the bounds' masks), NaN and
+    # infinities in x: x's gradient bit for bit, the scale's NaN where the composition's is.
+    x, s, z = _inputs("per_channel", dtype)
+    g = rand(x.shape, dtype, seed=7)
+    for mode in MODES:
+        b = torch.tensor(3.0)
+
+        def op(x_, s_):
+            return relu_int_quant(x_, s_, z, b, False, False, mode, clamp_ste)
+
+        def ref(x_, s_):
+            return _ref(x_, s_, z, b, False, False, mode, clamp_ste)
+
+        _, (gx, gs) = grads(op, (x, s), g, (True, True))
+        _, (rx, rs) = grads(ref, (x, s), g, (True, True))
+        assert_bitwise(gx, rx)
+        assert torch.equal(gs.isnan(), rs.isnan()), mode
+
+
 def test_x_gradient_by_hand():
     # Unsigned 2 bits, s = 1: range [0, 3]. Where x <= 0 ReLU stops the gradient (and NaN
     # passes it, as threshold_backward does); above 3 the clamp stops it.

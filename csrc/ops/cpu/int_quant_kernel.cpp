@@ -56,7 +56,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
   }
 
   return backward_from_x<false>(gd, *x_opt, layout, gx, scale, zero_point, bit_width, is_signed, narrow_range, mode,
-                                clamp_ste, output_mask, b, "_int_quant_backward");
+                                clamp_ste, output_mask, b);
 }
 
 }  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

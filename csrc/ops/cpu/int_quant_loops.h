@@ -113,12 +113,12 @@ void forward_loop(const T* px, T* py, bool* pmask, const ParamLayout& L, int64_t
 template <bool kRelu>
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
                                            const at::Tensor& bit_width, bool is_signed, bool narrow_range,
-                                           c10::string_view rounding_mode, bool with_mask, const char* kOp) {
-  ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, kOp);
-  const RoundingMode mode = parse_rounding_mode(rounding_mode, kOp);
-  check_bit_width(bit_width, kOp);
-  check_positive_finite(scale, kOp, "scale");
-  check_finite(zero_point, kOp, "zero_point");
+                                           c10::string_view rounding_mode, bool with_mask, const char* op) {
+  ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, op);
+  const RoundingMode mode = parse_rounding_mode(rounding_mode, op);
+  check_bit_width(bit_width, op);
+  check_positive_finite(scale, op, "scale");
+  check_finite(zero_point, op, "zero_point");
 
   at::Tensor y = empty_output_like(x);
   at::Tensor mask = with_mask ? empty_output_like(x, at::kBool) : at::Tensor();
@@ -244,7 +244,7 @@ template <bool kRelu>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_from_x(
     const at::Tensor& gd, const at::Tensor& x, const at::Tensor& layout, at::Tensor gx, const at::Tensor& scale,
     const at::Tensor& zero_point, const at::Tensor& bit_width, bool is_signed, bool narrow_range, RoundingMode mode,
-    bool clamp_ste, std::array<bool, 4> output_mask, int64_t b, const char* kOp) {
+    bool clamp_ste, std::array<bool, 4> output_mask, int64_t b) {
   const at::Tensor& grad = gd;
   const int64_t n = gd.numel();
   at::Tensor gs, gz, gb;

@@ -28,7 +28,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> relu_int_quant_backwa
   // Every gradient reads x (ReLU's mask, the clamp's, the parameters' sums): one pass.
   const at::Tensor layout = gx.defined() ? gx : dense_or_contiguous(x);
   return backward_from_x<true>(with_layout_of(grad, layout), x, layout, gx, scale, zero_point, bit_width, is_signed,
-                               narrow_range, mode, clamp_ste, output_mask, b, kOp);
+                               narrow_range, mode, clamp_ste, output_mask, b);
 }
 
 }  // namespace brevitas_cpp::cpu::CPU_CAPABILITY

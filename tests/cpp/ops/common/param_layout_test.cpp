@@ -247,12 +247,15 @@ TEST(ParamLayout, FoldSumToRoundsEachSumThenAddsInTheDtype) {
   const at::Tensor s = at::ones({3});
   const ParamLayout L = make_param_layout(x, {s}, at::kFloat);
   ASSERT_TRUE(has_layout(L, {2, 3, 1}) || has_layout(L, {1, 6, 1}) || L.K == 3);
-  // 1 + 2^-30 rounds to 1 in float; the exact double sum would round to 1 + 2^-23.
-  const double tiny = std::ldexp(1.0, -30);
-  const std::vector<double> a{1.0 + tiny, 0.5, -3.0}, b{std::ldexp(1.0, -23) - tiny, 0.25, 1e10};
+  // a = 1 + 0.4 ulp rounds to 1 and 1 + b (b = 0.4 ulp) rounds to 1 again; the exact double
+  // sum, 1 + 0.8 ulp, would round to 1 + 2^-23.
+  const double ulp = std::ldexp(1.0, -23);
+  const std::vector<double> a{1.0 + 0.4 * ulp, 0.5, -3.0}, b{0.4 * ulp, 0.25, 1e10};
+  ASSERT_EQ(static_cast<float>(a[0] + b[0]), 1.0f + static_cast<float>(ulp));
   const at::Tensor sum = L.fold_sum_to(a.data(), b.data(), s);
   EXPECT_EQ(sum.sizes(), s.sizes());
   EXPECT_EQ(sum.scalar_type(), at::kFloat);
+  EXPECT_EQ(sum[0].item<float>(), 1.0f);
   for (int64_t k = 0; k < 3; ++k) {
     const float expected = static_cast<float>(a[k]) + static_cast<float>(b[k]);
     EXPECT_EQ(sum[k].item<float>(), expected) << "k = " << k;

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from brevitas_cpp import jit
+from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.quant._learned_act import learned_act_forward
 from brevitas_cpp.core.quant.int import RescalingIntQuant
 from brevitas_cpp.proxy.quant_proxy import (
@@ -92,16 +93,25 @@ class FusedActivationQuantProxy(jit.ScriptModule):
         super().__init__()
         self.activation_impl = activation_impl
         self.tensor_quant = tensor_quant
+        # With BREVITAS_JIT=1 the module compiles when built, with this value.
+        self.relu_into_quant = self._relu_into_quant()
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
-        if name in ("activation_impl", "tensor_quant") and "tensor_quant" in self._modules:
-            # Fixed when scripted (a constant), so decided whenever either block changes.
+        # Eager modules may get another block later (scripted ones keep their choice): the
+        # constant follows for a torch.jit.script of the model.
+        if (
+            not JIT_ENABLED
+            and name in ("activation_impl", "tensor_quant")
+            and "tensor_quant" in self._modules
+        ):
             self.relu_into_quant = self._relu_into_quant()
 
     def __prepare_scriptable__(self) -> "FusedActivationQuantProxy":
-        # torch.jit.script of an eager model: the constant as blocks, flags and hooks are now.
-        self.relu_into_quant = self._relu_into_quant()
+        # torch.jit.script of an eager model: the constant as blocks, flags and hooks are now. A
+        # module compiled when built (BREVITAS_JIT=1) keeps its constant.
+        if not JIT_ENABLED:
+            self.relu_into_quant = self._relu_into_quant()
         return self
 
     def _relu_into_quant(self) -> bool:

@@ -31,17 +31,36 @@ bool is_contiguous_span(const std::vector<int64_t>& sizes, const std::vector<int
   return true;
 }
 
-// acc[0, K) into out's contiguous storage, rounded once from double to T.
+// acc_a[0, K) into out's contiguous storage, rounded once from double to T; with acc_b, each
+// of the two rounded to T and then added in T (two uses of one parameter).
 template <typename T>
-void store_rounded(const double* acc, int64_t K, at::Tensor& out) {
+void store_rounded(const double* acc_a, const double* acc_b, int64_t K, at::Tensor& out) {
   T* po = out.mutable_data_ptr<T>();
-  for (int64_t k = 0; k < K; ++k) po[k] = static_cast<T>(acc[k]);
+  for (int64_t k = 0; k < K; ++k) {
+    po[k] = acc_b == nullptr ? static_cast<T>(acc_a[k])
+                             : static_cast<T>(static_cast<T>(acc_a[k]) + static_cast<T>(acc_b[k]));
+  }
 }
-// T(acc_a[k]) + T(acc_b[k]) into out's contiguous storage: each rounded to T, added in T.
-template <typename T>
-void store_rounded_sum(const double* acc_a, const double* acc_b, int64_t K, at::Tensor& out) {
-  T* po = out.mutable_data_ptr<T>();
-  for (int64_t k = 0; k < K; ++k) po[k] = static_cast<T>(static_cast<T>(acc_a[k]) + static_cast<T>(acc_b[k]));
+
+// Common case of fold_to / fold_sum_to: the parameter has exactly the K entries, in the order
+// of its own contiguous layout (span dims already in dimension order: per tensor, per output
+// channel). The result is then the sums rounded to the parameter's dtype, written straight
+// into it: one allocation instead of a double tensor folded by view ops and a dtype copy.
+// float and double round double -> T exactly as the copy kernel does; float16/bfloat16 (and
+// any other layout) get an undefined tensor here and take the general path.
+at::Tensor fold_directly(const ParamLayout& L, const double* acc_a, const double* acc_b, const at::Tensor& param) {
+  const auto type = param.scalar_type();
+  if (param.numel() != L.K || !std::is_sorted(L.span_dims.begin(), L.span_dims.end()) ||
+      (type != at::kFloat && type != at::kDouble)) {
+    return at::Tensor();
+  }
+  at::Tensor out = at::empty(param.sizes(), at::TensorOptions().dtype(type).device(param.device()));
+  if (type == at::kFloat) {
+    store_rounded<float>(acc_a, acc_b, L.K, out);
+  } else {
+    store_rounded<double>(acc_a, acc_b, L.K, out);
+  }
+  return out;
 }
 }  // namespace
 
@@ -147,42 +166,15 @@ ParamLayout make_param_layout(const at::Tensor& dense, c10::ArrayRef<at::Tensor>
 }
 
 at::Tensor ParamLayout::fold_to(const double* acc_k, const at::Tensor& param) const {
-  // Common case: the parameter has exactly the K entries, in the order of its own contiguous
-  // layout (span dims already in dimension order: per tensor, per output channel). The
-  // result is then acc rounded to the parameter's dtype, written straight into it: one
-  // allocation instead of a double tensor folded by view ops and a dtype copy. float and
-  // double round double -> T exactly as the copy kernel does; float16/bfloat16 keep the
-  // general path below.
-  const auto type = param.scalar_type();
-  if (param.numel() == K && std::is_sorted(span_dims.begin(), span_dims.end()) &&
-      (type == at::kFloat || type == at::kDouble)) {
-    at::Tensor out = at::empty(param.sizes(), at::TensorOptions().dtype(type).device(param.device()));
-    if (type == at::kFloat) {
-      store_rounded<float>(acc_k, K, out);
-    } else {
-      store_rounded<double>(acc_k, K, out);
-    }
-    return out;
-  }
+  if (at::Tensor out = fold_directly(*this, acc_k, nullptr, param); out.defined()) return out;
   at::Tensor owned = at::empty({K}, at::TensorOptions().dtype(at::kDouble));
   std::copy(acc_k, acc_k + K, owned.mutable_data_ptr<double>());
   return fold_tensor_to(owned, param);
 }
 
 at::Tensor ParamLayout::fold_sum_to(const double* acc_a, const double* acc_b, const at::Tensor& param) const {
-  // The fast path of fold_to for both, added in T: one allocation where two folds and an add_
-  // make three dispatcher calls, with the same rounding (each sum to T, then T + T).
-  const auto type = param.scalar_type();
-  if (param.numel() == K && std::is_sorted(span_dims.begin(), span_dims.end()) &&
-      (type == at::kFloat || type == at::kDouble)) {
-    at::Tensor out = at::empty(param.sizes(), at::TensorOptions().dtype(type).device(param.device()));
-    if (type == at::kFloat) {
-      store_rounded_sum<float>(acc_a, acc_b, K, out);
-    } else {
-      store_rounded_sum<double>(acc_a, acc_b, K, out);
-    }
-    return out;
-  }
+  // One allocation where two folds and an add_ make three dispatcher calls, same rounding.
+  if (at::Tensor out = fold_directly(*this, acc_a, acc_b, param); out.defined()) return out;
   return fold_to(acc_a, param).add_(fold_to(acc_b, param));
 }
 

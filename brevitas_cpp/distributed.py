@@ -89,24 +89,30 @@ def all_reduce_stats(stats: Tensor) -> Tensor:
     when there is a single rank, torch.distributed is not initialised, or syncing is off.
     Plain and scriptable: scripted blocks call the op directly."""
     if not torch.jit.is_scripting():  # (a branch TorchScript does not compile)
-        # Not while tracing or compiling either: the graph must keep the op, which decides on
-        # every run (the process group may be initialised after the model is traced).
-        if _eager_call() and _single_process_auto(stats):
+        # A floating stats only: anything else goes to the op, which refuses it by name.
+        if stats.is_floating_point() and stats_stay_local():
             # What the op returns here, without its look-up of the world group in c10d's
             # registry, which fails by throwing (about 10 us on every statistics call).
             return stats.clone(memory_format=torch.contiguous_format)
     return torch.ops.brevitas_cpp.stats_all_reduce_mean(stats)
 
 
-def _eager_call() -> bool:
-    return not torch.jit.is_tracing() and not torch.compiler.is_compiling()
+def _stats_stay_local() -> bool:
+    """stats_stay_local, for code TorchScript compiles (which asks the op instead: c10d's
+    look-up of the world group, the one the composition's all_reduce_stats makes anyway)."""
+    if not torch.jit.is_scripting():  # (a branch TorchScript does not compile)
+        return stats_stay_local()
+    return torch.ops.brevitas_cpp._stats_stay_local()
 
 
-def _single_process_auto(stats: Tensor) -> bool:
-    """Whether the op would copy stats because no group is asked for by name and Python's
-    torch.distributed is not initialised (a floating stats: anything else goes to the op,
-    which refuses it by name)."""
-    if not stats.is_floating_point() or (dist.is_available() and dist.is_initialized()):
+def stats_stay_local() -> bool:
+    """Whether all_reduce_stats, called now, returns an exact copy of its input: in eager mode,
+    syncing off, or no group asked for by name and Python's torch.distributed not initialised.
+    Not while tracing or compiling: the graph must keep the op, which decides on every run (the
+    process group may be initialised after the model is traced)."""
+    if torch.jit.is_tracing() or torch.compiler.is_compiling():
         return False
-    _, group_name = torch.ops.brevitas_cpp._get_stats_sync()
-    return group_name is None
+    enabled, group_name = torch.ops.brevitas_cpp._get_stats_sync()
+    if not enabled:
+        return True
+    return group_name is None and not (dist.is_available() and dist.is_initialized())

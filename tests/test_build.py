@@ -37,6 +37,8 @@ EXPECTED_OPS = {
     "_relu_int_quant_backward",
     "abs_max_int_quant",
     "_abs_max_int_quant_backward",
+    "abs_percentile_int_quant",
+    "_abs_percentile_int_quant_backward",
     "binary_quant",
     "clamped_binary_quant",
     "_binary_quant_backward",
@@ -51,7 +53,7 @@ EXPECTED_OPS = {
 # The statistics average over ranks: device-generic kernels (CompositeExplicitAutograd, on c10d
 # collectives) plus Meta and Autograd; and its process-wide switch (no tensor arguments).
 COMPOSITE_OPS = {"stats_all_reduce_mean", "_all_reduce_mean", "_all_reduce_max"}
-STATE_OPS = {"_set_stats_sync", "_get_stats_sync"}
+STATE_OPS = {"_set_stats_sync", "_get_stats_sync", "_stats_stay_local"}
 
 
 def test_build_info_reports_the_build():

@@ -30,6 +30,7 @@ from brevitas_cpp.function.ops_ste import (
 )
 from brevitas_cpp.function.quant import (
     abs_max_int_quant,
+    abs_percentile_int_quant,
     binary_quant,
     clamped_binary_quant,
     float_quant,
@@ -49,6 +50,7 @@ from brevitas_cpp.function.shape import (
 __all__ = [
     "abs_binary_sign_grad",
     "abs_max_int_quant",
+    "abs_percentile_int_quant",
     "binary_quant",
     "binary_sign",
     "binary_sign_ste",

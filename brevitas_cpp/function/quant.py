@@ -70,6 +70,40 @@ def abs_max_int_quant(
     )
 
 
+def abs_percentile_int_quant(
+    x: Tensor,
+    zero_grad_param: Optional[Tensor],
+    bit_width: Tensor,
+    k: int,
+    signed: bool,
+    narrow_range: bool,
+    scaling_min_val: Optional[float] = None,
+    rounding_mode: str = "round",
+    clamp_ste: bool = False,
+    relu: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The stock activation quantizer while it collects statistics (AbsPercentile over the
+    tensor, a linear-domain scale, IntScaling, zero point 0, IntQuant) in one op, of relu(x)
+    with relu; returns (y, scale, stat, index). With a = |x| (|relu(x)|), s = the k-th smallest
+    of a (NaN ranks above every number) and index the element torch.kthvalue gives (Brevitas's);
+    stat = clamp_min(s, scaling_min_val); scale = stat / threshold (IntScaling's);
+    y = int_quant(x, scale, 0, bit_width, ...). x's gradient is the composition's: the STE plus
+    the path through the scale into the selected element. stat and index carry no gradient;
+    zero_grad_param (the learned scale the statistics initialise) gets an exact zero."""
+    return torch.ops.brevitas_cpp.abs_percentile_int_quant(
+        x,
+        zero_grad_param,
+        bit_width,
+        k,
+        signed,
+        narrow_range,
+        scaling_min_val,
+        rounding_mode,
+        clamp_ste,
+        relu,
+    )
+
+
 def float_quant(
     x: Tensor,
     scale: Tensor,

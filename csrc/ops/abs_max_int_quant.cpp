@@ -51,16 +51,7 @@ int64_t check_abs_max_int_quant_args(const at::Tensor& w, const at::Tensor& bit_
                 ") for w of shape ", w.sym_sizes(), ", got ", d);
     dim = d < 0 ? d + n : d;
   }
-  if (scaling_min_val.has_value()) {
-    const double v = *scaling_min_val;
-    TORCH_CHECK(std::isfinite(v) && v >= 0.0, "brevitas_cpp::", op,
-                ": scaling_min_val must be a finite number >= 0 (or None), got ", v);
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "check_abs_max_int_quant_args", [&] {
-      const bool overflows = c10::overflows<scalar_t, double>(v);
-      TORCH_CHECK(!overflows, "brevitas_cpp::", op, ": scaling_min_val (", v, ") cannot be converted to w's dtype ",
-                  w.scalar_type(), " without overflow");
-    });
-  }
+  check_scaling_min_val(scaling_min_val, w, op, "w");
   return dim;
 }
 
@@ -94,12 +85,6 @@ int64_t check_abs_max_int_quant_backward_args(const at::Tensor& grad, const std:
               ": grad_scale of shape ", grad_scale.has_value() ? grad_scale->sym_sizes() : want,
               " must have the shape of scale ", want);
   return dim;
-}
-
-double abs_max_threshold(double b, c10::ScalarType bw_dtype, bool is_signed, bool narrow_range) {
-  const double v = is_signed ? std::ldexp(1.0, static_cast<int>(b - 1)) - (narrow_range ? 1.0 : 0.0)
-                             : max_int_value(b, false, narrow_range);
-  return through_dtype(v, bw_dtype);
 }
 
 }  // namespace detail

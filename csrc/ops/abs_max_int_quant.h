@@ -48,9 +48,6 @@ int64_t check_abs_max_int_quant_backward_args(const at::Tensor& grad, const std:
                                               c10::string_view rounding_mode);
 // The scale's shape: [] per tensor; w's rank with w.size(dim) at dim and 1 elsewhere.
 std::vector<c10::SymInt> abs_max_scale_shape(const at::Tensor& w, int64_t dim);
-// IntScaling's threshold for a bit width b held in dtype bw_dtype: 2^(b-1) (- 1 narrow) signed,
-// max_int unsigned, rounded through bw_dtype as the composition computes it there.
-double abs_max_threshold(double b, c10::ScalarType bw_dtype, bool is_signed, bool narrow_range);
 }  // namespace detail
 
 }  // namespace brevitas_cpp::ops

@@ -27,6 +27,12 @@ std::tuple<bool, std::optional<std::string>> get_stats_sync_op() {
   return {state.enabled, std::move(state.group_name)};
 }
 
+// Whether stats_all_reduce_mean is a copy now: the fused statistics ops, which cannot average
+// over ranks, stand in for it only then (TorchScript's check; eager Python skips the look-up).
+bool stats_stay_local_op() {
+  return !active_stats_group_name().has_value();
+}
+
 }  // namespace
 
 at::Tensor stats_all_reduce_mean(const at::Tensor& x) {
@@ -69,6 +75,8 @@ TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {
       TORCH_FN(set_stats_sync_op));
   m.def(torch::schema("_get_stats_sync() -> (bool enabled, str? group_name)", c10::AliasAnalysisKind::CONSERVATIVE),
         TORCH_FN(get_stats_sync_op));
+  m.def(torch::schema("_stats_stay_local() -> bool", c10::AliasAnalysisKind::CONSERVATIVE),
+        TORCH_FN(stats_stay_local_op));
 }
 
 }  // namespace brevitas_cpp::ops

@@ -35,6 +35,8 @@ KERNEL_OPS = [
     "_relu_int_quant_backward",
     "abs_max_int_quant",
     "_abs_max_int_quant_backward",
+    "abs_percentile_int_quant",
+    "_abs_percentile_int_quant_backward",
     "binary_quant",
     "clamped_binary_quant",
     "_binary_quant_backward",

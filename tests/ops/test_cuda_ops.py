@@ -735,3 +735,37 @@ def test_relu_int_quant_matches_cpu(dtype, clamp_ste):
     assert_bitwise(cgx, gx)
     tol = grad_tolerance(dtype)
     torch.testing.assert_close(cgs, gs, rtol=tol["rtol"], atol=max(tol["atol"], 1e-3))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("relu", [False, True])
+def test_abs_percentile_int_quant_matches_cpu(dtype, relu):
+    """abs_percentile_int_quant on CUDA (its composite: kthvalue, the first equal element, then
+    int_quant's CUDA kernels) against the CPU kernel: values, scale, statistic and index bit for
+    bit; x's gradient bit for bit but at the selected element, where the scale's gradient (a
+    reduction) is summed in another order."""
+    x = make_x((4, 6, 5, 3), "channels_last", dtype)
+    bw = torch.tensor(4.0, dtype=dtype)
+    g = rand(tuple(x.shape), dtype=torch.float64, seed=11).to(dtype)
+    k = x.numel() - 3
+
+    def run(device):
+        xd, bd, gd = (t.to(device) for t in (x, bw, g))
+        lx = leaf(xd)
+        value = torch.ones((), dtype=dtype, device=device, requires_grad=True)
+        y, s, st, i = OPS.abs_percentile_int_quant(
+            lx, value, bd, k, True, False, 1e-6, "round", False, relu
+        )
+        ((y * gd).sum() + s).backward()
+        return [t.detach().cpu() for t in (y, s, st, i, lx.grad, value.grad)]
+
+    y, s, st, i, gx, gv = run("cpu")
+    cy, cs, cst, ci, cgx, cgv = run(CUDA)
+    for got, want in ((cy, y), (cs, s), (cst, st), (ci, i), (cgv, gv)):
+        assert_bitwise(got, want)
+    flat = torch.ones(x.numel(), dtype=torch.bool)
+    flat[int(i)] = False
+    mask = flat.view(x.shape)
+    assert_bitwise(cgx[mask], gx[mask], signed_zero=False)
+    tol = grad_tolerance(dtype)
+    torch.testing.assert_close(cgx[~mask], gx[~mask], rtol=tol["rtol"], atol=max(tol["atol"], 1e-3))

@@ -5,7 +5,9 @@ point 0 and a fused IntQuant computes, on every training step, clamp_min(value) 
 and then int_quant. Its module chain (scaling_impl, bit width, zero point, IntQuant) costs more
 Python than those two ops; in eager mode forward calls them directly. TorchScript compiles the
 module chain, where module calls cost little, and never sees this code. After a ReLU
-(FusedActivationQuantProxy, QuantReLU's) the two are one op, relu_int_quant."""
+(FusedActivationQuantProxy, QuantReLU's) the two are one op, relu_int_quant. The statistics
+phase before it has its own op (RescalingIntQuant.stats_forward, see _stats_act.py), reached
+from here."""
 
 from typing import Optional
 
@@ -34,11 +36,16 @@ def learned_act_fits(block: Module) -> bool:
 
 
 def learned_act_forward(block: Module, x, relu: bool = False) -> Optional[QuantBlockOutput]:
-    """block's forward in its learned training phase (of torch.relu(x) with relu: one op,
-    relu_int_quant), or None where it is not in that phase or the fused op does not take the
-    operands (the caller then runs its modules)."""
+    """block's forward in training (of torch.relu(x) with relu): one op, relu_int_quant or
+    int_quant, in the learned phase; abs_percentile_int_quant while the stock statistics are
+    collected (_stats_act.py). None on the call that initialises the scale, outside training,
+    or where the fused op does not take the operands (the caller then runs its modules)."""
     scaling = block.scaling_impl
-    if not scaling.training or scaling.counter <= scaling.collect_stats_steps:
+    if not scaling.training:
+        return None
+    if scaling.counter < scaling.collect_stats_steps:
+        return block.stats_forward(x, relu) if block.stats_fusable else None
+    if scaling.counter == scaling.collect_stats_steps:
         return None
     iq = block.int_quant
     if block.observer_only or not block.int_threshold_is_const:

@@ -23,11 +23,14 @@ from brevitas_cpp.core.quant._fused_weight import (
 )
 from brevitas_cpp.core.quant._fusion import int_operands_fit
 from brevitas_cpp.core.quant._learned_act import learned_act_fits, learned_act_forward
+from brevitas_cpp.core.quant._stats_act import stats_act_plan
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.scaling import TruncMsbScaling
+from brevitas_cpp.core.stats.stats_op import _high_k
 from brevitas_cpp.core.utils import StatelessBuffer
-from brevitas_cpp.function import abs_max_int_quant, relu_int_quant
+from brevitas_cpp.distributed import _stats_stay_local
+from brevitas_cpp.function import abs_max_int_quant, abs_percentile_int_quant, relu_int_quant
 from brevitas_cpp.function.ops import max_int, min_int
 from brevitas_cpp.function.ops_ste import round_ste
 
@@ -110,6 +113,10 @@ class RescalingIntQuant(jit.ScriptModule):
         "fused_rounding_mode",
         "fused_clamp_ste",
         "relu_fusable",
+        "stats_fusable",
+        "stats_q",
+        "stats_has_min_val",
+        "stats_min_val",
     ]
 
     def __init__(
@@ -152,10 +159,20 @@ class RescalingIntQuant(jit.ScriptModule):
         self.fused_min_val = float(min_val) if min_val is not None else 0.0
         self.fused_rounding_mode = plan.rounding_mode if plan is not None else "round"
         self.fused_clamp_ste = plan.clamp_ste if plan is not None else False
-        # Eager mode only (see _learned_act.py); a plain attribute TorchScript never reads.
+        # Eager mode only (see _learned_act.py, _stats_act.py); plain attributes TorchScript
+        # never reads.
         self.__dict__["learned_act"] = learned_act_fits(self)
         # The same blocks, as a TorchScript constant: forward_after_relu's fused branch.
         self.relu_fusable = self.__dict__["learned_act"]
+        # The statistics phase in one op (stats_forward): constants for TorchScript, read by
+        # eager mode too.
+        stats = stats_act_plan(self) if self.relu_fusable else None
+        self.stats_fusable = stats is not None
+        self.stats_q = stats.high_percentile_q if stats is not None else 100.0
+        self.stats_has_min_val = stats is not None and stats.scaling_min_val is not None
+        self.stats_min_val = (
+            float(stats.scaling_min_val) if self.stats_has_min_val else 0.0  # type: ignore[union-attr]
+        )
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
@@ -187,10 +204,66 @@ class RescalingIntQuant(jit.ScriptModule):
         return self.int_scaling_impl(bit_width)
 
     @jit.script_method
+    def stats_forward(self, x: Tensor, relu: bool) -> Optional[QuantBlockOutput]:
+        """forward (of torch.relu(x) with relu) on a training call of the stock activation
+        quantizer that collects statistics, in one op, abs_percentile_int_quant (see
+        _stats_act.py); None where the op does not take the call."""
+        if self.stats_fusable:  # a constant: TorchScript compiles this only for the stock blocks
+            scaling = self.scaling_impl
+            iq = self.int_quant
+            if (
+                scaling.training
+                and scaling.counter < scaling.collect_stats_steps
+                and not scaling.local_loss_mode
+                and not self.observer_only
+                and iq.fused
+                and iq.view_is_identity
+                and iq.never_delays
+            ):
+                bit_width = self.msb_clamp_bit_width_impl.bit_width.value
+                zero_point = self.zero_point_impl.zero_point.value
+                threshold = self.const_int_threshold.value
+                value = scaling.value
+                # The composition divides by the threshold and links value in x's dtype only
+                # when they share it (a wider one would promote the scale).
+                if (
+                    int_operands_fit(x, threshold, zero_point, bit_width)
+                    and bit_width.dtype == x.dtype
+                    and value.dtype == x.dtype
+                    and value.device == x.device
+                ):
+                    n = x.numel()
+                    k = _high_k(self.stats_q, n)  # AbsPercentile's k
+                    if k >= 1 and k <= n and _stats_stay_local():
+                        min_val: Optional[float] = None
+                        if self.stats_has_min_val:
+                            min_val = self.stats_min_val
+                        y, scale, stat, _ = abs_percentile_int_quant(
+                            x,
+                            value,
+                            bit_width,
+                            k,
+                            iq.signed,
+                            iq.narrow_range,
+                            min_val,
+                            iq.rounding_mode,
+                            iq.clamp_ste,
+                            relu,
+                        )
+                        scaling.record_stats(stat)
+                        return y, scale, zero_point, bit_width
+        return None
+
+    @jit.script_method
     def forward_after_relu(self, x: Tensor) -> QuantBlockOutput:
         """forward(torch.relu(x)); one op, relu_int_quant, where the stock activation quantizer
-        is in its learned training phase. TorchScript's path (FusedActivationQuantProxy calls it
-        when scripted); eager mode takes _learned_act.py's."""
+        is in its learned training phase, abs_percentile_int_quant while it collects statistics.
+        TorchScript's path (FusedActivationQuantProxy calls it when scripted); eager mode takes
+        _learned_act.py's."""
+        if self.stats_fusable:  # a constant: compiled only for the stock blocks
+            out = self.stats_forward(x, True)
+            if out is not None:
+                return out
         if self.relu_fusable:  # a constant: TorchScript compiles this only for the stock blocks
             scaling = self.scaling_impl
             iq = self.int_quant
@@ -226,6 +299,10 @@ class RescalingIntQuant(jit.ScriptModule):
                 out = learned_act_forward(self, x)
                 if out is not None:
                     return out
+        elif self.stats_fusable:  # a constant: compiled only for the stock blocks
+            out = self.stats_forward(x, False)
+            if out is not None:
+                return out
         bit_width = self.msb_clamp_bit_width_impl()
         if (
             self.fused_weight

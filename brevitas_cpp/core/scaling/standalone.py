@@ -364,6 +364,18 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
         return scale
 
     @jit.script_method
+    def record_stats(self, clamped_stats: Tensor) -> None:
+        """One statistics step: clamped_stats (no gradient) into the running average."""
+        new_counter = self.counter + 1
+        if self.counter == 0:
+            inplace_tensor_mul(self.buffer, clamped_stats)
+        else:
+            inplace_momentum_update(
+                self.buffer, clamped_stats, self.momentum, self.counter, new_counter
+            )
+        self.counter = new_counter
+
+    @jit.script_method
     def training_forward(self, stats_input: Tensor, threshold: Tensor) -> Tensor:
         if self.counter < self.collect_stats_steps:
             stats = self.stats(self.stats_input_view_shape_impl(stats_input))
@@ -376,14 +388,7 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
             clamped_stats = self.clamp_scaling(stats)
             if self.local_loss_mode:
                 return clamped_stats / threshold
-            new_counter = self.counter + 1
-            if self.counter == 0:
-                inplace_tensor_mul(self.buffer, clamped_stats.detach())
-            else:
-                inplace_momentum_update(
-                    self.buffer, clamped_stats.detach(), self.momentum, self.counter, new_counter
-                )
-            self.counter = new_counter
+            self.record_stats(clamped_stats.detach())
             return clamped_stats / threshold
         if self.counter == self.collect_stats_steps:
             self.init_scale()

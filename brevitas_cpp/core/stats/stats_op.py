@@ -112,6 +112,14 @@ def _selects_by_blocks(n: int, k: int) -> bool:
     return k >= 1 and k <= n and ((n - k + 1) * block <= n or k * block <= n)
 
 
+def _reads_values_on_host() -> bool:
+    """Whether a branch may depend on tensor values: not while torch.compile or torch.jit.trace
+    records a graph (which would fix the branch taken or break on it)."""
+    if not torch.jit.is_scripting():  # (a branch TorchScript does not compile)
+        return not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+    return True
+
+
 def _kth_index_1d(x: Tensor, k: int) -> Tensor:
     """The index (a 1-element long tensor) of a k-th smallest value of the 1-D x, for k near
     either end (_selects_by_blocks); x carries no gradient.
@@ -121,8 +129,9 @@ def _kth_index_1d(x: Tensor, k: int) -> Tensor:
     would leave t chosen extremes at least as far out, which are then the t values themselves.
     So one pass of block extremes, then a top-t of n / 64 block extremes and of t * 64
     candidates, replace a top-t over all of x (whose CPU kernel copies x into (value, index)
-    pairs: 10x slower for the 524k values of a CIFAR activation). Among equal values, which
-    element's index is returned is up to the kernels, as for topk and kthvalue."""
+    pairs: 10x slower for the 524k values of a CIFAR activation). Among equal values the index
+    is torch.kthvalue's on the CPU (a tie costs its selection), the kernels' elsewhere and in
+    compiled or traced graphs."""
     n = x.size(0)
     block = _select_block()
     top = n - k + 1
@@ -147,7 +156,14 @@ def _kth_index_1d(x: Tensor, k: int) -> Tensor:
     candidates = x.index_select(0, where)
     values, at = torch.topk(candidates, t, largest=largest, sorted=False)
     pick = torch.argmin(values) if largest else torch.argmax(values)
-    return where.index_select(0, at.index_select(0, pick.view(1)))
+    index = where.index_select(0, at.index_select(0, pick.view(1)))
+    if x.device.type == "cpu" and _reads_values_on_host():
+        # Among equal values the element is torch.kthvalue's (Brevitas's, which gets the
+        # gradient): ties take it (a read of x; on a GPU the count would be a host sync).
+        v = x.index_select(0, index)
+        if bool(torch.logical_or(x == v, torch.logical_and(x.isnan(), v.isnan())).sum() > 1):
+            return torch.kthvalue(x, k)[1].view(1)
+    return index
 
 
 def _kthvalue(x: Tensor, k: int, dim: int, keepdim: bool) -> Tensor:

@@ -10,6 +10,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace brevitas_cpp {
@@ -65,6 +66,14 @@ C10_HOST_DEVICE inline double through_dtype(double v, c10::ScalarType t) {
     default:
       return v;  // Double
   }
+}
+
+// IntScaling's threshold for a bit width b held in dtype t: 2^(b-1) (- 1 narrow) signed,
+// max_int unsigned, rounded through t as the composition computes it there (host only).
+inline double int_scaling_threshold(double b, c10::ScalarType t, bool is_signed, bool narrow_range) {
+  const double v = is_signed ? std::ldexp(1.0, static_cast<int>(b - 1)) - (narrow_range ? 1.0 : 0.0)
+                             : max_int_value(b, false, narrow_range);
+  return through_dtype(v, t);
 }
 
 // The integer range [lo, hi] of a quantizer whose bit width is stored at p with dtype t, in

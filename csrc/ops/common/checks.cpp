@@ -5,6 +5,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <c10/util/TypeCast.h>
 
 #include <cmath>
 #include <sstream>
@@ -135,6 +136,19 @@ void check_scalar_bounds(double min_val, double max_val, const char* op) {
   TORCH_CHECK(!std::isnan(min_val), "brevitas_cpp::", op, ": min_val must not be NaN");
   TORCH_CHECK(!std::isnan(max_val), "brevitas_cpp::", op, ": max_val must not be NaN");
   TORCH_CHECK(min_val <= max_val, "brevitas_cpp::", op, ": min_val (", min_val, ") must be <= max_val (", max_val, ")");
+}
+
+void check_scaling_min_val(std::optional<double> scaling_min_val, const at::Tensor& x, const char* op,
+                           const char* x_name) {
+  if (!scaling_min_val.has_value()) return;
+  const double v = *scaling_min_val;
+  TORCH_CHECK(std::isfinite(v) && v >= 0.0, "brevitas_cpp::", op,
+              ": scaling_min_val must be a finite number >= 0 (or None), got ", v);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "check_scaling_min_val", [&] {
+    const bool overflows = c10::overflows<scalar_t, double>(v);
+    TORCH_CHECK(!overflows, "brevitas_cpp::", op, ": scaling_min_val (", v, ") cannot be converted to ", x_name,
+                "'s dtype ", x.scalar_type(), " without overflow");
+  });
 }
 
 }  // namespace brevitas_cpp

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
+#include <optional>
 #include <utility>
 
 namespace brevitas_cpp {
@@ -37,5 +38,9 @@ void check_bit_width_dtype(const at::Tensor& bit_width, const char* op);
 int64_t check_bit_width(const at::Tensor& bit_width, const char* op);
 
 void check_scalar_bounds(double min_val, double max_val, const char* op);
+
+// A scale's lower bound: None, or a finite number >= 0 that x's dtype holds (x_name: x's name).
+void check_scaling_min_val(std::optional<double> scaling_min_val, const at::Tensor& x, const char* op,
+                           const char* x_name);
 
 }  // namespace brevitas_cpp

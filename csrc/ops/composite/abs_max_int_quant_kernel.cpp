@@ -26,22 +26,6 @@ struct MaxAbs {
   at::Tensor m;
 };
 
-// IntScaling's threshold in bit_width's dtype, then w's: 2^(b-1) - 1 signed narrow (the
-// composition's -(1 - 2^(b-1)), the same value: rounding is symmetric in sign), 2^(b-1)
-// signed, 2^b - 1 - narrow unsigned.
-at::Tensor int_threshold(const at::Tensor& bit_width, bool is_signed, bool narrow_range, at::ScalarType dtype) {
-  const at::Tensor b = bit_width.reshape({});
-  const bool integral = !at::isFloatingType(b.scalar_type());
-  auto pow2 = [&](const at::Tensor& e) { return integral ? at::pow(2, e) : at::exp2(e); };
-  at::Tensor thr;
-  if (is_signed) {
-    thr = narrow_range ? pow2(b - 1) - 1 : pow2(b - 1);
-  } else {
-    thr = pow2(b) - (narrow_range ? 2 : 1);
-  }
-  return thr.to(dtype);
-}
-
 MaxAbs max_abs(const at::Tensor& w, int64_t dim) {
   MaxAbs r;
   r.a = at::abs(w);

@@ -54,4 +54,17 @@ at::Tensor positive_finite(const at::Tensor& scale) {
   return at::logical_and(scale > 0, at::isfinite(scale));
 }
 
+at::Tensor int_threshold(const at::Tensor& bit_width, bool is_signed, bool narrow_range, at::ScalarType dtype) {
+  const at::Tensor b = bit_width.reshape({});
+  const bool integral = !at::isFloatingType(b.scalar_type());
+  auto pow2 = [&](const at::Tensor& e) { return integral ? at::pow(2, e) : at::exp2(e); };
+  at::Tensor thr;
+  if (is_signed) {
+    thr = narrow_range ? pow2(b - 1) - 1 : pow2(b - 1);
+  } else {
+    thr = pow2(b) - (narrow_range ? 2 : 1);
+  }
+  return thr.to(dtype);
+}
+
 }  // namespace brevitas_cpp::composite

@@ -36,4 +36,9 @@ at::Tensor scalar_in_dtype_of(double v, const at::Tensor& x);
 // scale > 0 and finite, elementwise.
 at::Tensor positive_finite(const at::Tensor& scale);
 
+// IntScaling's threshold in bit_width's dtype, then `dtype`: 2^(b-1) - 1 signed narrow (the
+// composition's -(1 - 2^(b-1)), the same value: rounding is symmetric in sign), 2^(b-1)
+// signed, 2^b - 1 - narrow unsigned.
+at::Tensor int_threshold(const at::Tensor& bit_width, bool is_signed, bool narrow_range, at::ScalarType dtype);
+
 }  // namespace brevitas_cpp::composite

@@ -4,6 +4,7 @@
 // gradient, reduced exactly as for the unfused quantizer), then the scale's gradient through
 // _StatsScaling into the maxima of |w|.
 #include "ops/abs_max_int_quant.h"
+#include "ops/common/bit_width_value.h"
 #include "ops/common/checks.h"
 #include "ops/common/rounding.h"
 #include "ops/cpu/elementwise.h"
@@ -119,7 +120,7 @@ ScaleChain<T> scale_chain(T m, const std::optional<double>& min_val, T thr) {
 template <typename T>
 T threshold_in(const at::Tensor& bit_width, int64_t b, bool is_signed, bool narrow_range) {
   return static_cast<T>(
-      ops::detail::abs_max_threshold(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range));
+      int_scaling_threshold(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range));
 }
 
 std::vector<int64_t> scale_sizes(const at::Tensor& w, int64_t dim) {

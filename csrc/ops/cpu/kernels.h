@@ -48,6 +48,14 @@
       const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale, const at::Tensor& w,                       \
       const at::Tensor& scale, const at::Tensor& bit_width, std::optional<int64_t> channel_dim, bool is_signed,       \
       bool narrow_range, std::optional<double> scaling_min_val, c10::string_view rounding_mode, bool clamp_ste);      \
+  std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_quant_cpu(                            \
+      const at::Tensor& x, const std::optional<at::Tensor>& zero_grad_param, const at::Tensor& bit_width, int64_t k,  \
+      bool is_signed, bool narrow_range, std::optional<double> scaling_min_val, c10::string_view rounding_mode,       \
+      bool clamp_ste, bool relu);                                                                                     \
+  at::Tensor abs_percentile_int_quant_backward_cpu(                                                                   \
+      const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,                       \
+      const at::Tensor& scale, const at::Tensor& index, const at::Tensor& bit_width, bool is_signed,                  \
+      bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, bool relu);                                  \
   at::Tensor binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale);                                          \
   at::Tensor clamped_binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale);                                  \
   std::tuple<at::Tensor, at::Tensor> binary_quant_backward_cpu(                                                       \

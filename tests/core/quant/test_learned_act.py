@@ -1,4 +1,4 @@
-"""The eager shortcut of the stock activation quantizer in its learned phase (_learned_act.py):
+"""The eager shortcut of the stock activation quantizer in training (_learned_act.py):
 the same numbers as the module chain it skips, bit for bit, and taken only where it applies.
 
 The reference is the same layer with the shortcut switched off (the module chain, which the
@@ -72,7 +72,7 @@ def train(layer, dtype, steps=5, seed=1):
 @pytest.mark.parametrize("bits", [3, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_shortcut_equals_the_module_chain(kind, bits, dtype, monkeypatch):
-    """Statistics steps (the chain), then learned steps (the shortcut): outputs, the input's
+    """Statistics steps, the hand-over (the chain) and learned steps: outputs, the input's
     gradient and every parameter's (the learned scale's included) bit for bit."""
     fast, slow = make(kind, bits).to(dtype), make(kind, bits).to(dtype)
     assert tensor_quants(fast), "the stock quantizer should take the shortcut"
@@ -82,8 +82,10 @@ def test_shortcut_equals_the_module_chain(kind, bits, dtype, monkeypatch):
     want = train(slow, dtype)
     assert taken.count == 0
     got = train(fast, dtype)
-    assert taken.count == 2  # steps 3 and 4: past collect_stats_steps=2 and its hand-over step
-    assert taken.with_relu == (2 if kind == "relu" else 0)  # QuantReLU: relu_int_quant
+    # Statistics steps 0 and 1 (abs_percentile_int_quant) and learned steps 3 and 4; the
+    # hand-over step 2 initialises the scale in the chain.
+    assert taken.count == 4
+    assert taken.with_relu == (4 if kind == "relu" else 0)  # QuantReLU: ReLU in the op
     for (y, gx, gp), (wy, wgx, wgp) in zip(got, want):
         assert y.dtype == wy.dtype and torch.equal(y, wy)
         assert torch.equal(torch.signbit(y), torch.signbit(wy))

@@ -43,7 +43,9 @@ const std::vector<std::string>& all_ops() {
                                             "float_quant",
                                             "_float_quant_backward",
                                             "abs_max_int_quant",
-                                            "_abs_max_int_quant_backward"};
+                                            "_abs_max_int_quant_backward",
+                                            "abs_percentile_int_quant",
+                                            "_abs_percentile_int_quant_backward"};
   return ops;
 }
 
@@ -56,7 +58,7 @@ const std::vector<std::string>& composite_ops() {
 
 // Its process-wide switch (no tensors: one catch-all kernel).
 const std::vector<std::string>& state_ops() {
-  static const std::vector<std::string> ops{"_set_stats_sync", "_get_stats_sync"};
+  static const std::vector<std::string> ops{"_set_stats_sync", "_get_stats_sync", "_stats_stay_local"};
   return ops;
 }
 

@@ -12,10 +12,10 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple, ru
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _torch_module
 
 from brevitas_cpp import config
 from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL
+from brevitas_cpp.core.hooks import global_module_hooks, module_hooks
 from brevitas_cpp.core.scaling import (
     ParameterFromRuntimeStatsScaling,
     ParameterFromStatsFromParameterScaling,
@@ -37,26 +37,6 @@ from brevitas_cpp.proxy.script import (
 from brevitas_cpp.quant_tensor import QuantTensor
 
 __all__ = ["QuantProxyProtocol", "QuantProxyFromInjector"]
-
-
-def global_module_hooks() -> bool:
-    """Whether hooks were registered for every module (which calling a proxy would run)."""
-    return bool(
-        _torch_module._global_forward_hooks
-        or _torch_module._global_forward_pre_hooks
-        or _torch_module._global_backward_hooks
-        or _torch_module._global_backward_pre_hooks
-    )
-
-
-def module_hooks(module: nn.Module) -> bool:
-    """Whether hooks were registered on module (which calling it would run)."""
-    return bool(
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
-    )
 
 
 def wraps_quant_tuple(forward: Callable) -> Callable:

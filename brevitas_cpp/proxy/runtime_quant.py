@@ -10,14 +10,13 @@ from torch import Tensor, nn
 
 from brevitas_cpp import jit
 from brevitas_cpp.config import JIT_ENABLED
+from brevitas_cpp.core.hooks import global_module_hooks, module_hooks
 from brevitas_cpp.core.quant._learned_act import learned_act_forward
 from brevitas_cpp.core.quant.int import RescalingIntQuant
 from brevitas_cpp.proxy.quant_proxy import (
     QuantProxyFromInjector,
     QuantProxyProtocol,
     RetrievedMetadata,
-    global_module_hooks,
-    module_hooks,
     wraps_quant_tuple,
 )
 from brevitas_cpp.proxy.script import QuantTuple, script_error

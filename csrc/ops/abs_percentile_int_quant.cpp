@@ -17,8 +17,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_qu
                  relu);
 }
 
-at::Tensor _abs_percentile_int_quant_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
-                                              const at::Tensor& x, const at::Tensor& scale, const at::Tensor& index,
+at::Tensor _abs_percentile_int_quant_backward(const std::optional<at::Tensor>& grad,
+                                              const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,
+                                              const at::Tensor& scale, const at::Tensor& index,
                                               const at::Tensor& bit_width, bool is_signed, bool narrow_range,
                                               c10::string_view rounding_mode, bool clamp_ste, bool relu) {
   static auto op =
@@ -43,16 +44,20 @@ void check_abs_percentile_int_quant_args(const at::Tensor& x, const at::Tensor& 
   check_scaling_min_val(scaling_min_val, x, op, "x");
 }
 
-void check_abs_percentile_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
-                                                  const at::Tensor& x, const at::Tensor& scale, const at::Tensor& index,
+void check_abs_percentile_int_quant_backward_args(const std::optional<at::Tensor>& grad,
+                                                  const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,
+                                                  const at::Tensor& scale, const at::Tensor& index,
                                                   const at::Tensor& bit_width, c10::string_view rounding_mode) {
   constexpr const char* op = "_abs_percentile_int_quant_backward";
   check_abs_percentile_int_quant_args(x, bit_width, 1, std::nullopt, rounding_mode, op);
-  check_same_dtype_as_input(grad, x, op, "grad");
   check_same_dtype_as_input(scale, x, op, "scale");
-  check_same_device(x, {{&grad, "grad"}, {&scale, "scale"}, {&index, "index"}}, op);
-  TORCH_CHECK(grad.sym_sizes() == x.sym_sizes(), "brevitas_cpp::", op, ": grad of shape ", grad.sym_sizes(),
-              " must have the shape of x ", x.sym_sizes());
+  check_same_device(x, {{&scale, "scale"}, {&index, "index"}}, op);
+  if (grad.has_value()) {
+    check_same_dtype_as_input(*grad, x, op, "grad");
+    check_same_device(x, {{&*grad, "grad"}}, op);
+    TORCH_CHECK(grad->sym_sizes() == x.sym_sizes(), "brevitas_cpp::", op, ": grad of shape ", grad->sym_sizes(),
+                " must have the shape of x ", x.sym_sizes());
+  }
   TORCH_CHECK(scale.dim() == 0, "brevitas_cpp::", op, ": scale must be 0-dim (the forward's scale output), got shape ",
               scale.sym_sizes());
   TORCH_CHECK(index.dim() == 0 && index.scalar_type() == at::kLong, "brevitas_cpp::", op,
@@ -74,7 +79,7 @@ TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {
       "bool narrow_range, float? scaling_min_val=None, str rounding_mode=\"round\", bool clamp_ste=False, "
       "bool relu=False) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
-      "_abs_percentile_int_quant_backward(Tensor grad, Tensor? grad_scale, Tensor x, Tensor scale, Tensor index, "
+      "_abs_percentile_int_quant_backward(Tensor? grad, Tensor? grad_scale, Tensor x, Tensor scale, Tensor index, "
       "Tensor bit_width, bool signed, bool narrow_range, str rounding_mode, bool clamp_ste, bool relu) -> Tensor");
 }
 

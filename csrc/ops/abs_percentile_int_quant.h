@@ -30,10 +30,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_qu
     bool is_signed, bool narrow_range, std::optional<double> scaling_min_val, c10::string_view rounding_mode,
     bool clamp_ste, bool relu);
 
-// x's gradient given the gradients of y (grad) and of scale (grad_scale; None when the scale
-// output got none), and the forward's x, scale and index outputs.
-at::Tensor _abs_percentile_int_quant_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
-                                              const at::Tensor& x, const at::Tensor& scale, const at::Tensor& index,
+// x's gradient given the gradients of y (grad) and of scale (grad_scale), each None when that
+// output got none (without grad only the scale's path reaches x, at the selected element), and
+// the forward's x, scale and index outputs.
+at::Tensor _abs_percentile_int_quant_backward(const std::optional<at::Tensor>& grad,
+                                              const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,
+                                              const at::Tensor& scale, const at::Tensor& index,
                                               const at::Tensor& bit_width, bool is_signed, bool narrow_range,
                                               c10::string_view rounding_mode, bool clamp_ste, bool relu);
 
@@ -43,8 +45,9 @@ void check_abs_percentile_int_quant_args(const at::Tensor& x, const at::Tensor& 
                                          std::optional<double> scaling_min_val, c10::string_view rounding_mode,
                                          const char* op);
 // The backward's extra checks (grad like x; scale, grad_scale and index 0-dim).
-void check_abs_percentile_int_quant_backward_args(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
-                                                  const at::Tensor& x, const at::Tensor& scale, const at::Tensor& index,
+void check_abs_percentile_int_quant_backward_args(const std::optional<at::Tensor>& grad,
+                                                  const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,
+                                                  const at::Tensor& scale, const at::Tensor& index,
                                                   const at::Tensor& bit_width, c10::string_view rounding_mode);
 }  // namespace detail
 

@@ -35,6 +35,11 @@ def train_step(layer, x):
     return y.detach(), x.grad, grads
 
 
+def same(a, b) -> bool:
+    """Equal values (a -0 equals +0) with NaN where the other has NaN."""
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+
+
 def scaling_of(layer):
     return layer.act_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl
 
@@ -136,3 +141,51 @@ def test_the_op_says_statistics_stay_local_in_one_process():
     assert torch.ops.brevitas_cpp._stats_stay_local()
     with distributed.stats_sync(False):
         assert torch.ops.brevitas_cpp._stats_stay_local()
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_large_tied_activations_equal_the_composition(layer, dtype):
+    """65536 values: the k-th largest is the second (t = 2), found in one read, or, where the
+    input is already quantized (ties), by torch.kthvalue as in the composition; 16-bit dtypes
+    too (the threshold, clamp and division round in them)."""
+    cls, quant = LAYERS[layer]
+    kwargs = dict(bit_width=8, collect_stats_steps=3)
+    fused = cls(act_quant=quant, **kwargs).to(dtype)
+    composed = cls(act_quant=quant.let(scaling_stats_impl=ComposedAbsPercentile), **kwargs).to(
+        dtype
+    )
+    gen = torch.Generator().manual_seed(5)
+    for step in range(3):
+        x = torch.randn(8, 8, 32, 32, generator=gen, dtype=torch.float64) * 3
+        if step > 0:
+            x = torch.round(x * 4) / 4  # ties at the top
+        x = x.to(dtype)
+        got = []
+        calls = fused_calls(lambda: got.append(train_step(fused, x)))
+        (y, gx, gp), (wy, wgx, wgp) = got[0], train_step(composed, x)
+        assert calls == 1
+        # float16's scale gradient (a sum over 65536 values in the dtype) overflows, in both.
+        assert same(y, wy) and same(gx, wgx), step
+        assert all(same(a, b) for a, b in zip(gp, wgp)), step
+        assert torch.equal(scaling_of(fused).buffer, scaling_of(composed).buffer), step
+
+
+@pytest.mark.skipif(JIT_ENABLED, reason="scripted modules are fixed when scripted")
+def test_hooks_or_a_replaced_nested_block_keep_the_composition():
+    layer = QuantIdentity(act_quant=Int8ActPerTensorFloat, bit_width=8, collect_stats_steps=9)
+    x = torch.randn(2, 3, 8, 8)
+    stats = scaling_of(layer).stats
+    seen = []
+    handle = stats.register_forward_hook(lambda m, args, out: seen.append(out.detach()))
+    assert fused_calls(lambda: train_step(layer, x)) == 0  # the composition, so the hook runs
+    assert len(seen) == 1
+    handle.remove()
+    assert fused_calls(lambda: train_step(layer, x)) == 1
+    # Another percentile, set deep inside: the quantizer takes it, not the one it was built with.
+    stats.stats_impl = AbsPercentile(high_percentile_q=50.0, stats_reduce_dim=None)
+    assert fused_calls(lambda: train_step(layer, x)) == 0
+    y = layer(x)
+    median = torch.kthvalue(x.abs().reshape(-1), x.numel() // 2).values
+    # Signed 8 bits: scale = median / 128, and -128 * scale = -median.
+    assert torch.equal(y.abs().max(), median)

@@ -740,11 +740,17 @@ def test_relu_int_quant_matches_cpu(dtype, clamp_ste):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("relu", [False, True])
 def test_abs_percentile_int_quant_matches_cpu(dtype, relu):
-    """abs_percentile_int_quant on CUDA (its composite: kthvalue, the first equal element, then
-    int_quant's CUDA kernels) against the CPU kernel: values, scale, statistic and index bit for
-    bit; x's gradient bit for bit but at the selected element, where the scale's gradient (a
-    reduction) is summed in another order."""
-    x = make_x((4, 6, 5, 3), "channels_last", dtype)
+    """abs_percentile_int_quant on CUDA (its composite: kthvalue, then int_quant's CUDA kernels)
+    against the CPU kernel: values, scale, statistic and index bit for bit; x's gradient bit for
+    bit but at the selected element, where the scale's gradient (a reduction) is summed in
+    another order. The top values are distinct in every dtype: among equal values CUDA's
+    kthvalue picks any."""
+    base = rand((4, 6, 5, 3), dtype=torch.float64, seed=0)
+    base.view(-1)[torch.tensor([3, 50, 97, 150, 201])] = torch.tensor(
+        [7.0, -6.5, 6.0, -5.5, 5.0], dtype=torch.float64
+    )
+    x = base.contiguous(memory_format=torch.channels_last).to(dtype)
+    assert int((x.abs() >= 5.0).sum()) == 5, "the five largest |x| must be the ones set"
     bw = torch.tensor(4.0, dtype=dtype)
     g = rand(tuple(x.shape), dtype=torch.float64, seed=11).to(dtype)
     k = x.numel() - 3

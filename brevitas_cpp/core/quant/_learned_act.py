@@ -14,7 +14,9 @@ from typing import Optional
 from torch.nn import Module
 
 from brevitas_cpp.core.bit_width.const import BitWidthConst
+from brevitas_cpp.core.hooks import any_hook_in, any_hooks, submodules
 from brevitas_cpp.core.quant._fusion import int_operands_fit
+from brevitas_cpp.core.quant._stats_act import stats_act_current
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.int_base import IntQuant
 from brevitas_cpp.core.scaling.standalone import ParameterFromRuntimeStatsScaling
@@ -44,7 +46,14 @@ def learned_act_forward(block: Module, x, relu: bool = False) -> Optional[QuantB
     if not scaling.training:
         return None
     if scaling.counter < scaling.collect_stats_steps:
-        return block.stats_forward(x, relu) if block.stats_fusable else None
+        # The phase is short: its blocks are matched again (a nested one may have been replaced
+        # since the quantizer was built) and walked for hooks, which their calls would run.
+        if any_hooks(submodules(block)) or not stats_act_current(block):
+            return None
+        return block.stats_forward(x, relu)
+    # The blocks as built (a walk of the module tree costs 20 us: too much on every call).
+    if any_hook_in(block.__dict__["act_hooks"]):
+        return None
     if scaling.counter == scaling.collect_stats_steps:
         return None
     iq = block.int_quant

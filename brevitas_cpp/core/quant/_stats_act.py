@@ -70,3 +70,18 @@ def stats_act_plan(block: Module) -> Optional[StatsActPlan]:
     except LookupError:
         return None
     return StatsActPlan(float(stats.stats_impl.q), min_val)
+
+
+def stats_act_current(block: Module) -> bool:
+    """Whether the op arguments block (a RescalingIntQuant) was built with still describe its
+    blocks: eager modules may have a nested block replaced since (the statistics phase is short,
+    so it is checked on every call)."""
+    if not block.stats_fusable:
+        return False
+    plan = stats_act_plan(block)
+    min_val = block.stats_min_val if block.stats_has_min_val else None
+    return (
+        plan is not None
+        and plan.high_percentile_q == block.stats_q
+        and plan.scaling_min_val == min_val
+    )

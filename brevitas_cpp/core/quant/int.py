@@ -15,6 +15,7 @@ from torch.nn import Module
 from brevitas_cpp import jit
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import TensorClamp
+from brevitas_cpp.core.hooks import hook_dicts, submodules
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
 from brevitas_cpp.core.quant._fused_weight import (
     constant_int_threshold,
@@ -162,6 +163,9 @@ class RescalingIntQuant(jit.ScriptModule):
         # Eager mode only (see _learned_act.py, _stats_act.py); plain attributes TorchScript
         # never reads.
         self.__dict__["learned_act"] = learned_act_fits(self)
+        # The modules its eager shortcut skips, whose hooks it must not (see _learned_act.py).
+        blocks = submodules(self) if self.__dict__["learned_act"] else ()
+        self.__dict__["act_hooks"] = hook_dicts(blocks)
         # The same blocks, as a TorchScript constant: forward_after_relu's fused branch.
         self.relu_fusable = self.__dict__["learned_act"]
         # The statistics phase in one op (stats_forward): constants for TorchScript, read by

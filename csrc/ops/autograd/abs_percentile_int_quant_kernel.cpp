@@ -56,7 +56,8 @@ class AbsPercentileIntQuantFunction : public torch::autograd::Function<AbsPercen
     if (!ctx->needs_input_grad(0)) return out;
     const at::Tensor& grad_scale_out = grad_outputs[1];
     if (!grad_outputs[0].defined() && !grad_scale_out.defined()) return out;
-    const at::Tensor grad = grad_outputs[0].defined() ? grad_outputs[0] : at::zeros_like(saved[0]);
+    const std::optional<at::Tensor> grad =
+        grad_outputs[0].defined() ? std::optional<at::Tensor>(grad_outputs[0]) : std::nullopt;
     const std::optional<at::Tensor> grad_scale =
         grad_scale_out.defined() ? std::optional<at::Tensor>(grad_scale_out) : std::nullopt;
     out[0] = ops::_abs_percentile_int_quant_backward(

@@ -36,19 +36,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_qu
 
 // int_quant's (relu_int_quant's) gradients, then the scale's, / threshold, times sgn of the
 // selected value, added at the index (nothing where ReLU's mask is 0).
-at::Tensor abs_percentile_int_quant_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
-                                             const at::Tensor& x, const at::Tensor& scale, const at::Tensor& index,
+at::Tensor abs_percentile_int_quant_backward(const std::optional<at::Tensor>& grad,
+                                             const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,
+                                             const at::Tensor& scale, const at::Tensor& index,
                                              const at::Tensor& bit_width, bool is_signed, bool narrow_range,
                                              c10::string_view rounding_mode, bool clamp_ste, bool relu) {
   ops::detail::check_abs_percentile_int_quant_backward_args(grad, grad_scale, x, scale, index, bit_width,
                                                             rounding_mode);
-  const at::Tensor zero = at::zeros({}, x.options());
-  const std::array<bool, 4> mask{true, true, false, false};
-  auto [gx, gs, gz, gb] = relu ? ops::_relu_int_quant_backward(grad, x, scale, zero, bit_width, is_signed, narrow_range,
-                                                               rounding_mode, clamp_ste, mask)
-                               : ops::_int_quant_backward(grad, x, std::nullopt, scale, zero, bit_width, is_signed,
-                                                          narrow_range, rounding_mode, clamp_ste, mask);
-  const at::Tensor g = grad_scale.has_value() ? *grad_scale + gs.reshape({}) : gs.reshape({});
+  if (!grad.has_value() && !grad_scale.has_value()) return at::zeros_like(x);
+  at::Tensor gx, g;
+  if (grad.has_value()) {
+    const at::Tensor zero = at::zeros({}, x.options());
+    const std::array<bool, 4> mask{true, true, false, false};
+    auto grads = relu ? ops::_relu_int_quant_backward(*grad, x, scale, zero, bit_width, is_signed, narrow_range,
+                                                      rounding_mode, clamp_ste, mask)
+                      : ops::_int_quant_backward(*grad, x, std::nullopt, scale, zero, bit_width, is_signed,
+                                                 narrow_range, rounding_mode, clamp_ste, mask);
+    gx = std::get<0>(grads);
+    const at::Tensor gs = std::get<1>(grads).reshape({});
+    g = grad_scale.has_value() ? *grad_scale + gs : gs;
+  } else {
+    gx = at::zeros_like(x);  // y got no gradient: the scale's path alone
+    g = *grad_scale;
+  }
   const at::Tensor g_stat = g / int_threshold(bit_width, is_signed, narrow_range, x.scalar_type());
   const at::Tensor at_index = index.reshape({1});
   const at::Tensor xi = x.reshape(-1).index_select(0, at_index);

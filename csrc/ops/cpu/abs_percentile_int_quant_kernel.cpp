@@ -118,7 +118,8 @@ void offer_range(const T* p, int64_t b, int64_t e, TopT<T>& top) {
         const Vec<T> tv(bar);  // a NaN bar: no value is below it, every block is read
         auto below = [&](int64_t o) {
           const Vec<T> v = Vec<T>::loadu(p + j + o);
-          return (kRelu ? at::vec::clamp_min(v, zero) : v.abs()) < tv;  // NaN is not below
+          // at::vec::maximum propagates NaN (clamp_min's NaN is not specified): NaN is not below.
+          return (kRelu ? at::vec::maximum(v, zero) : v.abs()) < tv;
         };
         const Vec<T> all_below = below(0) & below(V) & below(2 * V) & below(3 * V);
         if (all_below.zero_mask() == 0) continue;
@@ -157,7 +158,9 @@ Entry<T> select_kth(const T* p, int64_t n, int64_t k, at::ScalarType dtype) {
     const int64_t chunks =
         std::max<int64_t>(1, std::min<int64_t>((n + kGrainSize - 1) / kGrainSize, at::get_num_threads()));
     const int64_t size = (n + chunks - 1) / chunks;
-    std::vector<TopT<T>> tops(static_cast<size_t>(chunks), TopT<T>(t));
+    std::vector<TopT<T>> tops;
+    tops.reserve(static_cast<size_t>(chunks));
+    for (int64_t c = 0; c < chunks; ++c) tops.emplace_back(t);  // each with its own reserve
     at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
       for (int64_t c = cb; c < ce; ++c) offer_range<T, kRelu>(p, c * size, std::min(n, (c + 1) * size), tops[c]);
     });
@@ -233,8 +236,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_qu
   return {y, scale, stat, index};
 }
 
-at::Tensor abs_percentile_int_quant_backward_cpu(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
-                                                 const at::Tensor& x, const at::Tensor& scale, const at::Tensor& index,
+at::Tensor abs_percentile_int_quant_backward_cpu(const std::optional<at::Tensor>& grad,
+                                                 const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,
+                                                 const at::Tensor& scale, const at::Tensor& index,
                                                  const at::Tensor& bit_width, bool is_signed, bool narrow_range,
                                                  c10::string_view rounding_mode, bool clamp_ste, bool relu) {
   ops::detail::check_abs_percentile_int_quant_backward_args(grad, grad_scale, x, scale, index, bit_width,
@@ -243,14 +247,22 @@ at::Tensor abs_percentile_int_quant_backward_cpu(const at::Tensor& grad, const s
   const int64_t i = *index.const_data_ptr<int64_t>();
   TORCH_CHECK(i >= 0 && i < x.numel(), "brevitas_cpp::", kBackwardOp, ": index must be in [0, x.numel()) = [0, ",
               x.numel(), "), got ", i);
-  const at::Tensor zero = cpu_zero_scalar(x.scalar_type());
-  const std::array<bool, 4> mask{true, true, false, false};
-  auto [gx, gs, gz, gb] = relu ? relu_int_quant_backward_cpu(grad, x, scale, zero, bit_width, is_signed, narrow_range,
-                                                             rounding_mode, clamp_ste, mask)
-                               : int_quant_backward_cpu(grad, x, std::nullopt, scale, zero, bit_width, is_signed,
-                                                        narrow_range, rounding_mode, clamp_ste, mask);
-  (void)gz;
-  (void)gb;
+  at::Tensor gx, gs;
+  if (grad.has_value()) {
+    const at::Tensor zero = cpu_zero_scalar(x.scalar_type());
+    const std::array<bool, 4> mask{true, true, false, false};
+    auto grads = relu ? relu_int_quant_backward_cpu(*grad, x, scale, zero, bit_width, is_signed, narrow_range,
+                                                    rounding_mode, clamp_ste, mask)
+                      : int_quant_backward_cpu(*grad, x, std::nullopt, scale, zero, bit_width, is_signed, narrow_range,
+                                               rounding_mode, clamp_ste, mask);
+    gx = std::get<0>(grads);
+    gs = std::get<1>(grads);
+  } else {
+    // y got no gradient: the composition's int_quant node never runs; x's gradient is the
+    // scale's path alone, added to index_select's zeros.
+    gx = at::zeros_like(x);
+    if (!grad_scale.has_value()) return gx;
+  }
   BREVITAS_CPP_DISPATCH_FLOATING(x.scalar_type(), kBackwardOp, [&] {
     using T = scalar_t;
     const T xi = x.const_data_ptr<T>()[offset_of(x, i)];
@@ -259,8 +271,12 @@ at::Tensor abs_percentile_int_quant_backward_cpu(const at::Tensor& grad, const s
     // The composition's autograd: the scale's gradient (the sum over its two uses), / threshold,
     // straight through the clamp, times sgn of the selected |x| (0 for NaN, as torch.sgn), then
     // added from index_select's zeros (+0 + g) to x's other gradient.
-    T g = *gs.const_data_ptr<T>();
-    if (grad_scale.has_value()) g = static_cast<T>(*grad_scale->const_data_ptr<T>() + g);
+    T g;
+    if (gs.defined() && grad_scale.has_value()) {
+      g = static_cast<T>(*grad_scale->const_data_ptr<T>() + *gs.const_data_ptr<T>());
+    } else {
+      g = gs.defined() ? *gs.const_data_ptr<T>() : *grad_scale->const_data_ptr<T>();
+    }
     const T g_stat = static_cast<T>(g / threshold_in<T>(bit_width, b, is_signed, narrow_range));
     const T g_sel = static_cast<T>(T(0) + static_cast<T>(g_stat * scalar_math::sign(xi)));
     T& out = gx.mutable_data_ptr<T>()[offset_of(gx, i)];

@@ -53,7 +53,7 @@
       bool is_signed, bool narrow_range, std::optional<double> scaling_min_val, c10::string_view rounding_mode,       \
       bool clamp_ste, bool relu);                                                                                     \
   at::Tensor abs_percentile_int_quant_backward_cpu(                                                                   \
-      const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,                       \
+      const std::optional<at::Tensor>& grad, const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,        \
       const at::Tensor& scale, const at::Tensor& index, const at::Tensor& bit_width, bool is_signed,                  \
       bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, bool relu);                                  \
   at::Tensor binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale);                                          \

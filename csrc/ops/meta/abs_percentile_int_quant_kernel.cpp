@@ -16,13 +16,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_qu
           at::empty({}, x.options().dtype(at::kLong))};
 }
 
-at::Tensor abs_percentile_int_quant_backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>& grad_scale,
-                                                  const at::Tensor& x, const at::Tensor& scale, const at::Tensor& index,
+at::Tensor abs_percentile_int_quant_backward_meta(const std::optional<at::Tensor>& grad,
+                                                  const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,
+                                                  const at::Tensor& scale, const at::Tensor& index,
                                                   const at::Tensor& bit_width, bool, bool,
                                                   c10::string_view rounding_mode, bool, bool) {
   ops::detail::check_abs_percentile_int_quant_backward_args(grad, grad_scale, x, scale, index, bit_width,
                                                             rounding_mode);
-  return empty_output_like(x);
+  return grad.has_value() ? empty_output_like(x) : at::empty_like(x);  // zeros_like without grad
 }
 
 }  // namespace

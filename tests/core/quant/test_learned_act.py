@@ -160,3 +160,25 @@ def test_relu_fusion_only_for_an_out_of_place_relu(monkeypatch):
             torch.nn.functional.hardtanh(x, 0.0, 1.0)
         )[0],
     )
+
+
+def test_hooks_on_inner_blocks_keep_the_chain(monkeypatch):
+    """A hook on a block the shortcut would skip (or a global one) must run: the chain again."""
+    layer = make("identity", 8)
+    train(layer, torch.float32)  # past the statistics phase
+    (tq,) = tensor_quants(layer)
+    taken = Taken(monkeypatch)
+    x = torch.randn(2, 3, 4, 4)
+    ran = []
+    handle = tq.scaling_impl.register_forward_hook(lambda m, args, out: ran.append(1))
+    layer(x)
+    assert (taken.count, len(ran)) == (0, 1)
+    handle.remove()
+    layer(x)
+    assert taken.count == 1
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: None)
+    try:
+        layer(x)
+    finally:
+        handle.remove()
+    assert taken.count == 1

@@ -1,6 +1,6 @@
 // abs_percentile_int_quant (+ _abs_percentile_int_quant_backward) from C++ through the
 // dispatcher, against the statistics phase spelled out with ATen ops: the k-th smallest |x|
-// (lowest index on ties), clamped, / IntScaling's threshold, then the IntQuant composition;
+// (torch.kthvalue's element on ties), clamped, / IntScaling's threshold, then the IntQuant composition;
 // and its gradient against autograd through that composition.
 #include "ops/abs_percentile_int_quant.h"
 

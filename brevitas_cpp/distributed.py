@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 import brevitas_cpp._load  # noqa: F401  (registers the ops used below)
+from brevitas_cpp.jit import recording_graph
 
 __all__ = ["all_reduce_stats", "set_stats_process_group", "stats_sync", "stats_sync_enabled"]
 
@@ -110,7 +111,7 @@ def stats_stay_local() -> bool:
     syncing off, or no group asked for by name and Python's torch.distributed not initialised.
     Not while tracing or compiling: the graph must keep the op, which decides on every run (the
     process group may be initialised after the model is traced)."""
-    if torch.jit.is_tracing() or torch.compiler.is_compiling():
+    if recording_graph():
         return False
     enabled, group_name = torch.ops.brevitas_cpp._get_stats_sync()
     if not enabled:

@@ -46,3 +46,9 @@ else:
     Attribute = _plain_attribute
 
 __all__ = ["Attribute", "JIT_ENABLED", "ScriptModule", "ignore", "script", "script_method"]
+
+
+def recording_graph() -> bool:
+    """Whether torch.jit.trace or torch.compile is recording a graph now: a Python branch on a
+    tensor's value would be fixed into it (or break it). Eager Python only."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()

@@ -19,22 +19,12 @@ def global_module_hooks() -> bool:
 
 def module_hooks(module: nn.Module) -> bool:
     """Whether hooks were registered on module (which calling it would run)."""
-    return bool(
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
-    )
+    return any(hook_dicts((module,)))
 
 
 def submodules(module: nn.Module) -> Tuple[nn.Module, ...]:
     """The modules below module (module itself left out: its own call runs its hooks)."""
     return tuple(module.modules())[1:]
-
-
-def any_hooks(modules: Iterable[nn.Module]) -> bool:
-    """Whether hooks were registered on any of modules, or for every module."""
-    return global_module_hooks() or any(module_hooks(m) for m in modules)
 
 
 def hook_dicts(modules: Iterable[nn.Module]) -> Tuple[dict, ...]:

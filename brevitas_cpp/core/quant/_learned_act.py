@@ -14,7 +14,7 @@ from typing import Optional
 from torch.nn import Module
 
 from brevitas_cpp.core.bit_width.const import BitWidthConst
-from brevitas_cpp.core.hooks import any_hook_in, any_hooks, submodules
+from brevitas_cpp.core.hooks import any_hook_in, hook_dicts, submodules
 from brevitas_cpp.core.quant._fusion import int_operands_fit
 from brevitas_cpp.core.quant._stats_act import stats_act_current
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
@@ -48,19 +48,17 @@ def learned_act_forward(block: Module, x, relu: bool = False) -> Optional[QuantB
     if scaling.counter < scaling.collect_stats_steps:
         # The phase is short: its blocks are matched again (a nested one may have been replaced
         # since the quantizer was built) and walked for hooks, which their calls would run.
-        if any_hooks(submodules(block)) or not stats_act_current(block):
+        if any_hook_in(hook_dicts(submodules(block))) or not stats_act_current(block):
             return None
         return block.stats_forward(x, relu)
     # The blocks as built (a walk of the module tree costs 20 us: too much on every call).
-    if any_hook_in(block.__dict__["act_hooks"]):
+    if any_hook_in(block.__dict__.get("act_hooks", ())):  # absent if pickled before it
         return None
     if scaling.counter == scaling.collect_stats_steps:
         return None
+    if not (block.int_threshold_is_const and block.quant_fuses()):
+        return None
     iq = block.int_quant
-    if block.observer_only or not block.int_threshold_is_const:
-        return None
-    if not (iq.fused and iq.view_is_identity and iq.never_delays):
-        return None
     bit_width = block.msb_clamp_bit_width_impl.bit_width.value
     zero_point = block.zero_point_impl.zero_point.value
     scale = scaling._learned_scale(block.const_int_threshold.value)

@@ -76,12 +76,5 @@ def stats_act_current(block: Module) -> bool:
     """Whether the op arguments block (a RescalingIntQuant) was built with still describe its
     blocks: eager modules may have a nested block replaced since (the statistics phase is short,
     so it is checked on every call)."""
-    if not block.stats_fusable:
-        return False
-    plan = stats_act_plan(block)
-    min_val = block.stats_min_val if block.stats_has_min_val else None
-    return (
-        plan is not None
-        and plan.high_percentile_q == block.stats_q
-        and plan.scaling_min_val == min_val
-    )
+    built = block.__dict__.get("stats_act")  # absent from quantizers pickled before it
+    return built is not None and stats_act_plan(block) == built

@@ -171,6 +171,7 @@ class RescalingIntQuant(jit.ScriptModule):
         # The statistics phase in one op (stats_forward): constants for TorchScript, read by
         # eager mode too.
         stats = stats_act_plan(self) if self.relu_fusable else None
+        self.__dict__["stats_act"] = stats  # eager calls check it still holds
         self.stats_fusable = stats is not None
         self.stats_q = stats.high_percentile_q if stats is not None else 100.0
         self.stats_has_min_val = stats is not None and stats.scaling_min_val is not None
@@ -208,6 +209,15 @@ class RescalingIntQuant(jit.ScriptModule):
         return self.int_scaling_impl(bit_width)
 
     @jit.script_method
+    def quant_fuses(self) -> bool:
+        """Whether this call quantizes in a fused op: not observing only, the IntQuant fused,
+        without a view or a pending delay (flags read on every call)."""
+        if self.relu_fusable:  # a constant: the IntQuant's flags exist for the stock blocks only
+            iq = self.int_quant
+            return not self.observer_only and iq.fused and iq.view_is_identity and iq.never_delays
+        return False
+
+    @jit.script_method
     def stats_forward(self, x: Tensor, relu: bool) -> Optional[QuantBlockOutput]:
         """forward (of torch.relu(x) with relu) on a training call of the stock activation
         quantizer that collects statistics, in one op, abs_percentile_int_quant (see
@@ -219,10 +229,7 @@ class RescalingIntQuant(jit.ScriptModule):
                 scaling.training
                 and scaling.counter < scaling.collect_stats_steps
                 and not scaling.local_loss_mode
-                and not self.observer_only
-                and iq.fused
-                and iq.view_is_identity
-                and iq.never_delays
+                and self.quant_fuses()
             ):
                 bit_width = self.msb_clamp_bit_width_impl.bit_width.value
                 zero_point = self.zero_point_impl.zero_point.value
@@ -272,12 +279,9 @@ class RescalingIntQuant(jit.ScriptModule):
             scaling = self.scaling_impl
             iq = self.int_quant
             if (
-                iq.fused
-                and iq.view_is_identity
-                and iq.never_delays
-                and scaling.training
+                scaling.training
                 and scaling.counter > scaling.collect_stats_steps
-                and not self.observer_only
+                and self.quant_fuses()
             ):
                 bit_width = self.msb_clamp_bit_width_impl()
                 scale = scaling._learned_scale(self.int_threshold(bit_width))

@@ -116,7 +116,7 @@ def _reads_values_on_host() -> bool:
     """Whether a branch may depend on tensor values: not while torch.compile or torch.jit.trace
     records a graph (which would fix the branch taken or break on it)."""
     if not torch.jit.is_scripting():  # (a branch TorchScript does not compile)
-        return not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+        return not jit.recording_graph()
     return True
 
 

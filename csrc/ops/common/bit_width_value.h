@@ -76,6 +76,12 @@ inline double int_scaling_threshold(double b, c10::ScalarType t, bool is_signed,
   return through_dtype(v, t);
 }
 
+// int_scaling_threshold in the dtype T of x, which the composition casts it to.
+template <typename T>
+inline T int_scaling_threshold_as(double b, c10::ScalarType t, bool is_signed, bool narrow_range) {
+  return static_cast<T>(int_scaling_threshold(b, t, is_signed, narrow_range));
+}
+
 // The integer range [lo, hi] of a quantizer whose bit width is stored at p with dtype t, in
 // the dtype T of x; valid is false for a bit width outside the integers [1, 32].
 template <typename T>

@@ -117,12 +117,6 @@ ScaleChain<T> scale_chain(T m, const std::optional<double>& min_val, T thr) {
   return {c0, q, abs_of(q)};
 }
 
-template <typename T>
-T threshold_in(const at::Tensor& bit_width, int64_t b, bool is_signed, bool narrow_range) {
-  return static_cast<T>(
-      int_scaling_threshold(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range));
-}
-
 std::vector<int64_t> scale_sizes(const at::Tensor& w, int64_t dim) {
   if (dim < 0) return {};
   std::vector<int64_t> s(static_cast<size_t>(w.dim()), 1);
@@ -143,7 +137,8 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant_cpu(const at::Tensor& w, co
   BREVITAS_CPP_DISPATCH_FLOATING(w.scalar_type(), kOp, [&] {
     scalar_t* ps = scale.mutable_data_ptr<scalar_t>();
     abs_max_stats<scalar_t>(w, dim, ps);
-    const scalar_t thr = threshold_in<scalar_t>(bit_width, b, is_signed, narrow_range);
+    const scalar_t thr =
+        int_scaling_threshold_as<scalar_t>(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range);
     const int64_t K = scale.numel();
     for (int64_t k = 0; k < K; ++k) {
       const scalar_t m = ps[k];
@@ -180,7 +175,7 @@ at::Tensor abs_max_int_quant_backward_cpu(const at::Tensor& grad, const std::opt
     using T = scalar_t;
     std::vector<T> m(static_cast<size_t>(K));
     abs_max_stats<T>(w, dim, m.data());
-    const T thr = threshold_in<T>(bit_width, b, is_signed, narrow_range);
+    const T thr = int_scaling_threshold_as<T>(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range);
     const T* pgs = gs.const_data_ptr<T>();
     const T* pgo = gsc.defined() ? gsc.const_data_ptr<T>() : nullptr;
     // The scale's gradient back to the statistic: |q|, / threshold, |c0| (the clamps pass it).

@@ -190,12 +190,6 @@ int64_t offset_of(const at::Tensor& t, int64_t i) {
   return off;
 }
 
-template <typename T>
-T threshold_in(const at::Tensor& bit_width, int64_t b, bool is_signed, bool narrow_range) {
-  return static_cast<T>(
-      int_scaling_threshold(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range));
-}
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_quant_cpu(
@@ -220,7 +214,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_qu
       const T lo = static_cast<T>(*scaling_min_val);
       c = c < lo ? lo : c;  // ScalarSignedClampMinSte of a value >= 0 (NaN passes)
     }
-    const T sc = static_cast<T>(c / threshold_in<T>(bit_width, b, is_signed, narrow_range));
+    const T thr = int_scaling_threshold_as<T>(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range);
+    const T sc = static_cast<T>(c / thr);
     const double sd = static_cast<double>(sc);
     TORCH_CHECK(std::isfinite(sd) && sd > 0.0, "brevitas_cpp::", kOp,
                 ": the scale (the k-th smallest |x|, clamped, / threshold) must be positive and finite, got ", sd,
@@ -277,7 +272,8 @@ at::Tensor abs_percentile_int_quant_backward_cpu(const std::optional<at::Tensor>
     } else {
       g = gs.defined() ? *gs.const_data_ptr<T>() : *grad_scale->const_data_ptr<T>();
     }
-    const T g_stat = static_cast<T>(g / threshold_in<T>(bit_width, b, is_signed, narrow_range));
+    const T thr = int_scaling_threshold_as<T>(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range);
+    const T g_stat = static_cast<T>(g / thr);
     const T g_sel = static_cast<T>(T(0) + static_cast<T>(g_stat * scalar_math::sign(xi)));
     T& out = gx.mutable_data_ptr<T>()[offset_of(gx, i)];
     out = static_cast<T>(out + g_sel);

@@ -8,7 +8,7 @@ does, so the selected element, and hence the result, is bit-identical."""
 
 import math
 import numbers
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -120,6 +120,28 @@ def _reads_values_on_host() -> bool:
     return True
 
 
+def _same(a: Tensor, b: Tensor) -> Tensor:
+    """a == b elementwise with NaN equal to NaN: the values a selection ranks as one."""
+    return torch.logical_or(a == b, torch.logical_and(a.isnan(), b.isnan()))
+
+
+def _end_pick(ends: Tensor, t: int, dim: int, largest: bool) -> Tuple[Tensor, Tensor]:
+    """Where along dim (kept) the k-th value lies in ends, the t + 1 most extreme values of x
+    sorted from the extreme, and whether other elements of x equal it (then one of its sorted
+    neighbours does), so that torch.kthvalue must choose among them. It is the t-th, or a NaN
+    ranked first among the t largest (NaN in, NaN out: see the README), which is never tied."""
+    kth = ends.narrow(dim, t - 1, 1)
+    pos = torch.full_like(kth, t - 1, dtype=torch.long)
+    tied = _same(ends.narrow(dim, t, 1), kth)
+    if t > 1:
+        tied = torch.logical_or(tied, _same(ends.narrow(dim, t - 2, 1), kth))
+        if largest:
+            nan = ends.narrow(dim, 0, 1).isnan()
+            pos = torch.where(nan, torch.zeros_like(pos), pos)
+            tied = torch.logical_and(tied, torch.logical_not(nan))
+    return pos, tied
+
+
 def _kth_index_1d(x: Tensor, k: int) -> Tensor:
     """The index (a 1-element long tensor) of a k-th smallest value of the 1-D x, for k near
     either end (_selects_by_blocks); x carries no gradient.
@@ -127,12 +149,12 @@ def _kth_index_1d(x: Tensor, k: int) -> Tensor:
     The t values at the near end (t = n - k + 1 largest, or k smallest) all lie in the t blocks
     of 64 whose extremes are the t most extreme: a block holding one of them and not chosen
     would leave t chosen extremes at least as far out, which are then the t values themselves.
-    So one pass of block extremes, then a top-t of n / 64 block extremes and of t * 64
-    candidates, replace a top-t over all of x (whose CPU kernel copies x into (value, index)
-    pairs: 10x slower for the 524k values of a CIFAR activation). Among equal values the index
-    is torch.kthvalue's on the CPU (a tie costs its selection), the kernels' elsewhere and in
-    compiled or traced graphs."""
-    n = x.size(0)
+    So one pass of block extremes, then a top-(t + 1) of n / 64 block extremes and of
+    (t + 1) * 64 candidates, replace a top-t over all of x (whose CPU kernel copies x into
+    (value, index) pairs: 10x slower for the 524k values of a CIFAR activation). One more than t
+    shows a tie (_end_pick). Among equal values the index is torch.kthvalue's on the CPU (a tie costs
+    its selection), the kernels' elsewhere and in compiled or traced graphs."""
+    n = int(x.size(0))  # a Python int under torch.jit.trace too (topk takes no tensors)
     block = _select_block()
     top = n - k + 1
     largest = top * block <= n
@@ -147,51 +169,70 @@ def _kth_index_1d(x: Tensor, k: int) -> Tensor:
         # hide the block's real minimum: NaNs count as +inf there.
         inf = float("inf")
         extremes = torch.amin(torch.nan_to_num(body, nan=inf, posinf=inf, neginf=-inf), dim=1)
-    chosen = torch.topk(extremes, t, largest=largest, sorted=False)[1]
+    chosen = torch.topk(extremes, min(t + 1, blocks), largest=largest, sorted=False)[1]
     lanes = torch.arange(block, device=x.device, dtype=chosen.dtype)
     where = (chosen.unsqueeze(1) * block + lanes).view(-1)
     if blocks * block < n:  # the tail outside whole blocks is always a candidate
         tail = torch.arange(blocks * block, n, device=x.device, dtype=chosen.dtype)
         where = torch.cat([where, tail])
     candidates = x.index_select(0, where)
-    values, at = torch.topk(candidates, t, largest=largest, sorted=False)
-    pick = torch.argmin(values) if largest else torch.argmax(values)
-    index = where.index_select(0, at.index_select(0, pick.view(1)))
+    ends, at = torch.topk(candidates, t + 1, largest=largest, sorted=True)
+    pos, tied = _end_pick(ends, t, 0, largest)
     if x.device.type == "cpu" and _reads_values_on_host():
         # Among equal values the element is torch.kthvalue's (Brevitas's, which gets the
-        # gradient): ties take it (a read of x; on a GPU the count would be a host sync).
-        v = x.index_select(0, index)
-        if bool(torch.logical_or(x == v, torch.logical_and(x.isnan(), v.isnan())).sum() > 1):
+        # gradient): ties take it (on a GPU the test would be a host sync).
+        if bool(tied):
             return torch.kthvalue(x, k)[1].view(1)
-    return index
+    return where.index_select(0, at.index_select(0, pos))
+
+
+def _kth_near_end(x: Tensor, k: int, dim: int) -> Tensor:
+    """The k-th smallest value along dim (kept) on the CPU, for k near either end
+    (_selects_by_blocks): the t-th of a sorted top-(t + 1) (t = n - k + 1 largest, or k
+    smallest), where torch.kthvalue copies and partitions all of x (4-5x slower per channel).
+    Its gradient reaches the element torch.kthvalue selects (Brevitas's): the rows where the
+    value is tied (_end_pick) are selected again by torch.kthvalue, the others hold it once. In
+    compiled or traced graphs (no branch on values) a tie keeps topk's element."""
+    n = int(x.size(dim))  # (as in _kth_index_1d)
+    top = n - k + 1
+    largest = top * _select_block() <= n
+    t = top if largest else k
+    ends = torch.topk(x, t + 1, dim=dim, largest=largest, sorted=True)[0]
+    pos, tied = _end_pick(ends, t, dim, largest)
+    kth = ends.gather(dim, pos)
+    if not _reads_values_on_host():
+        return kth
+    rows = tied.reshape(-1).nonzero().view(-1)
+    if rows.numel() == 0:
+        return kth
+    if rows.numel() == kth.numel():  # every row tied (quantized inputs): no copy of the rows
+        return torch.kthvalue(x, k, dim=dim, keepdim=True)[0]
+    # Rows laid out along dim 0 in the order of kth's elements, dim last.
+    by_row = x.movedim(dim, -1).reshape(-1, n)
+    picked = torch.kthvalue(by_row.index_select(0, rows), k, dim=1)[0]
+    kth_rows = kth.movedim(dim, -1)
+    merged = kth_rows.reshape(-1).index_copy(0, rows, picked)
+    return merged.view(kth_rows.shape).movedim(-1, dim)
 
 
 def _kthvalue(x: Tensor, k: int, dim: int, keepdim: bool) -> Tensor:
-    """The k-th smallest value (1-based) along dim."""
+    """The k-th smallest value (1-based) along dim, its gradient to the one element
+    torch.kthvalue selects (Brevitas's) on the CPU. Along a dim of a tensor with rows, other
+    devices call torch.kthvalue, as Brevitas does (CUDA's kernel may take any of equal
+    elements; it selects rows in parallel); one long row keeps the block selection there."""
     dtype = x.dtype
     x = _selectable(x)
     n = x.size(dim)
-    if x.dim() == 1 and _selects_by_blocks(n, k):
+    if not _selects_by_blocks(n, k):
+        return torch.kthvalue(x, k, dim=dim, keepdim=keepdim)[0].to(dtype)
+    if x.dim() == 1:
         # The gradient reaches x through one gathered element, as kthvalue's would.
         value = x.index_select(0, _kth_index_1d(x.detach(), k))
         return (value if keepdim else value.squeeze(0)).to(dtype)
-    # Near either end the k-th value is the extreme of a small top-k set: topk reads x once,
-    # where kthvalue copies and partitions all of it (7x slower for 2M values on the CPU). The
-    # value is the same; its gradient goes to one element holding it, as kthvalue's (which one
-    # among equal values is up to the kernel).
-    top = n - k + 1
-    if top * 64 <= n:
-        candidates, where = torch.topk(x, top, dim=dim, largest=True, sorted=False)
-        pick = torch.argmin(candidates, dim=dim, keepdim=True)
-    elif k * 64 <= n:
-        candidates, where = torch.topk(x, k, dim=dim, largest=False, sorted=False)
-        pick = torch.argmax(candidates, dim=dim, keepdim=True)
-    else:
+    if x.device.type != "cpu":
         return torch.kthvalue(x, k, dim=dim, keepdim=keepdim)[0].to(dtype)
-    values = torch.gather(x, dim, torch.gather(where, dim, pick))
-    if not keepdim:
-        values = values.squeeze(dim)
-    return values.to(dtype)
+    value = _kth_near_end(x, k, dim)
+    return (value if keepdim else value.squeeze(dim)).to(dtype)
 
 
 def _high_k(q: float, n: int) -> int:

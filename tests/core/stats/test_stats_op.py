@@ -182,6 +182,67 @@ def test_percentile_gradient_reaches_the_one_element_holding_it(q):
     assert int((grad != 0).sum()) == 1 and float(grad.sum()) == 1.0
 
 
+def _tied_rows() -> torch.Tensor:
+    """Four rows of 3000: every extreme tied (a grid), a maximum held thrice, no tie, all zero
+    (a dead ReLU channel)."""
+    x = torch.randn(4, 3000, generator=torch.Generator().manual_seed(21), dtype=torch.float64)
+    x[0] = torch.round(x[0] * 2.0) / 2.0
+    x[1, [5, 900, 2999]] = 9.0
+    x[3] = 0.0
+    return x
+
+
+@pytest.mark.parametrize("high_q,low_q", [(99.999, 0.001), (99.0, 1.0)])
+def test_tied_percentile_along_a_dim_is_kthvalues_element(high_q, low_q):
+    """Per channel ([channels, rest], dim 1) and per group ([channels, groups, group], dim -1), a
+    tied percentile sends its gradient to the element torch.kthvalue selects (Brevitas's call),
+    in tied rows next to rows that are not; values as kthvalue's, scripted too."""
+    x = _tied_rows()
+    for t, dim in ((x, 1), (x.view(4, 2, 1500), -1)):
+        n = t.shape[dim]
+        g = torch.randn(t.shape[:-1], generator=torch.Generator().manual_seed(22)).double()
+        for op, ref in [
+            (
+                _built(AbsPercentile, high_q, dim),
+                lambda v: torch.kthvalue(v.abs(), _high_k(high_q, n), dim)[0],
+            ),
+            (
+                _built(NegativePercentileOrZero, low_q, dim),
+                lambda v: torch.clamp(torch.kthvalue(v, _low_k(low_q, n), dim)[0], max=0.0),
+            ),
+        ]:
+            got_x, want_x = t.clone().requires_grad_(), t.clone().requires_grad_()
+            got, want = op(got_x), ref(want_x)
+            assert torch.equal(got, want), (type(op).__name__, dim)
+            (got * g).sum().backward()
+            (want * g).sum().backward()
+            assert torch.equal(got_x.grad, want_x.grad), (type(op).__name__, dim)
+
+
+def test_per_channel_percentile_keeps_a_nan():
+    """NaN in, NaN out per channel too (README): a NaN ranks above every number, so the row's
+    high percentile is NaN, whatever ties the row also has; other rows keep kthvalue's value."""
+    x = _tied_rows()
+    x[1, 7] = float("nan")
+    got = _built(AbsPercentile, 99.0, 1)(x)
+    want = torch.kthvalue(x.abs(), _high_k(99.0, 3000), 1)[0]
+    assert got[1].isnan() and not want[1].isnan()
+    assert torch.equal(got[[0, 2, 3]], want[[0, 2, 3]])
+
+
+def test_traced_percentiles_take_no_branch_on_values():
+    """torch.jit.trace records no branch on the tie test (a trace would fix it): traces made on
+    untied values, per channel and per tensor, still give kthvalue's values on tied ones."""
+    untied = torch.randn(4, 3000, generator=torch.Generator().manual_seed(23), dtype=torch.float64)
+    x = _tied_rows()
+    for dim, want in [
+        (1, torch.kthvalue(x.abs(), _high_k(99.0, 3000), 1)[0]),
+        (None, torch.kthvalue(x.abs().view(-1), _high_k(99.0, x.numel()))[0]),
+    ]:
+        traced = torch.jit.trace(AbsPercentile(99.0, dim), (untied,), check_trace=False)
+        assert torch.equal(traced(x), want), dim
+
+
 def _per_tensor_cases():
     """Flat inputs for the per-tensor selection (blocks of 64 values and a tail): the answer in
     a block, in the tail, among many ties and among zeros (a ReLU's output)."""

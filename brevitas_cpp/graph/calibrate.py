@@ -3,9 +3,10 @@ collected over data with the model in float, bias correction, and BatchNorm fold
 
 - ``calibration_mode(model)``: inside, the model computes in float and without gradients while
   every enabled activation quantizer collects its statistics (the quantizers in training mode,
-  the rest of the model in eval, so BatchNorm statistics do not move); on leaving, the scales
-  (and zero points) that collected any statistics are fixed from them, and every module's mode
-  is restored. Under DDP the statistics are averaged over the ranks, as in training.
+  the rest of the model in eval, so BatchNorm statistics do not move; weights and biases
+  unquantized, as in Brevitas); on leaving, the scales (and zero points) that collected any
+  statistics are fixed from them, and every module's mode and quantization is restored. Under
+  DDP the statistics are averaged over the ranks, as in training.
 - ``calibrate(model, data)``: runs calibration_mode over an iterable of batches, with a
   progress bar.
 - ``bias_correction_mode(model)``: inside, each weight layer measures, per output channel, the
@@ -27,7 +28,7 @@ from brevitas_cpp.function.shape import accumulator_channel_dim
 from brevitas_cpp.graph.fold import merge_bn
 from brevitas_cpp.graph.trace import evaluating
 from brevitas_cpp.nn.quant_layer import QuantWeightBiasInputOutputLayer
-from brevitas_cpp.proxy import ActQuantProxyFromInjectorBase
+from brevitas_cpp.proxy import ActQuantProxyFromInjectorBase, ParameterQuantProxyFromInjector
 from brevitas_cpp.quant_tensor import _unpack_quant_tensor
 
 __all__ = ["bias_correction_mode", "calibrate", "calibration_mode", "merge_bn"]
@@ -36,6 +37,24 @@ __all__ = ["bias_correction_mode", "calibrate", "calibration_mode", "merge_bn"]
 def _float_output(proxy: nn.Module, args: Any, output: Any) -> Tensor:
     """Forward hook: the proxy's activation without its quantizer (which has run, collecting)."""
     return proxy.fused_activation_quant_proxy.activation_impl(_unpack_quant_tensor(args[0]))
+
+
+@contextlib.contextmanager
+def _parameter_quant_disabled(model: nn.Module) -> Iterator[None]:
+    """Weight and bias quantization off inside, restored however it is left. A float weight
+    also needs no quantized input (an accumulator-aware quantizer's would be float here)."""
+    proxies = [
+        m
+        for m in model.modules()
+        if isinstance(m, ParameterQuantProxyFromInjector) and not m.disable_quant
+    ]
+    for proxy in proxies:
+        proxy.disable_quant = True
+    try:
+        yield
+    finally:
+        for proxy in proxies:
+            proxy.disable_quant = False
 
 
 @contextlib.contextmanager
@@ -48,7 +67,7 @@ def calibration_mode(model: nn.Module) -> Iterator[nn.Module]:
     ]
     handles = [proxy.register_forward_hook(_float_output) for proxy in proxies]
     # An error inside leaves through evaluating's cleanup and skips the fixing below.
-    with evaluating(model, handles):
+    with evaluating(model, handles), _parameter_quant_disabled(model):
         for proxy in proxies:
             proxy.train()
         yield model
@@ -84,9 +103,13 @@ class _BiasError:
         self.count = 0
 
     def __call__(self, layer: nn.Module, args: Any, output: Any) -> None:
-        x = _unpack_quant_tensor(args[0])
-        quant_x = _unpack_quant_tensor(layer.input_quant.quantize(x)[0])
-        quant_w = _unpack_quant_tensor(layer.weight_quant.quantize(layer.weight)[0])
+        # The operands as the layer's forward quantizes them: an accumulator-aware weight
+        # quantizer (A2Q, A2Q+) bounds the weight by the quantized input's bit width and sign.
+        as_quant_tensor = layer._wants_quant_tensor(args[0])
+        quant_input = layer.input_quant.quantize(args[0], as_quant_tensor)
+        quant_w = layer.weight_quant.quantize(layer.weight, quant_input, as_quant_tensor)
+        quant_x = _unpack_quant_tensor(quant_input[0])
+        quant_w = _unpack_quant_tensor(quant_w[0])
         error = layer.inner_forward_impl(quant_x, layer.weight, None) - layer.inner_forward_impl(
             quant_x, quant_w, None
         )

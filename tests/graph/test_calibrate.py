@@ -1,12 +1,15 @@
 """Calibration and bias correction (brevitas_cpp.graph.calibrate), against statistics and
 errors computed by hand in the test."""
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from brevitas_cpp import nn as qnn
+from brevitas_cpp import quant as qquant
 from brevitas_cpp.graph import bias_correction_mode, calibrate, calibration_mode
 
 
@@ -69,6 +72,21 @@ def test_an_error_inside_restores_the_model_and_fixes_nothing():
     assert scaling.counter == 1  # not moved past the statistics
 
 
+def test_calibration_computes_with_float_weights_and_biases():
+    """Inside calibration_mode the weights and biases are not quantized (Brevitas's
+    calibration_mode disables their quantizers too); on leaving they are again."""
+    torch.manual_seed(0)
+    layer = qnn.QuantLinear(
+        6, 3, bias=True, weight_bit_width=2, bias_quant=qquant.Int8BiasPerTensorFloatInternalScaling
+    )
+    x = torch.randn(5, 6)
+    with calibration_mode(layer):
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+    with torch.no_grad():
+        assert not torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-3)
+    assert layer.weight_quant.is_quant_enabled and layer.bias_quant.is_quant_enabled
+
+
 def test_bias_correction_removes_the_mean_error_of_the_weight_quantization():
     torch.manual_seed(0)
     layer = qnn.QuantLinear(16, 4, bias=True, weight_bit_width=2)
@@ -97,3 +115,51 @@ def test_bias_correction_creates_a_missing_bias():
     with bias_correction_mode(layer):
         layer(torch.randn(2, 2, 6, 6) + 1.0)
     assert layer.bias is not None and layer.bias.shape == (3,)
+
+
+def _a2q_program(qnn, quant, calibration, weight_quant: str, data, correct: bool = True):
+    """A user's post-training program in Brevitas's names only (it runs unchanged on brevitas.nn,
+    brevitas.quant and brevitas.graph.calibrate): an accumulator-aware convolution (A2Q or A2Q+,
+    an accumulator narrow enough for the L1-norm bound to bind), calibrated, then
+    bias-corrected."""
+    torch.manual_seed(0)
+    layer = qnn.QuantConv2d(
+        3,
+        4,
+        3,
+        bias=False,
+        weight_quant=getattr(quant, weight_quant),
+        weight_bit_width=6,
+        weight_accumulator_bit_width=12,
+        input_quant=quant.Int8ActPerTensorFloat,
+    )
+    layer.eval()
+    with calibration.calibration_mode(layer):
+        for x in data:
+            layer(x)
+    if correct:
+        with calibration.bias_correction_mode(layer):
+            for x in data:
+                layer(x)
+    return layer
+
+
+@pytest.mark.parametrize(
+    "weight_quant",
+    ["Int8AccumulatorAwareWeightQuant", "Int8AccumulatorAwareZeroCenterWeightQuant"],
+)
+def test_bias_correction_of_accumulator_aware_layers(weight_quant):
+    """A2Q/A2Q+ quantize the weight with the layer's quantized input (its bit width and sign
+    bound the weight's L1 norm), and bias correction measures the error of that weight. Expected,
+    written out: the mean over the data of conv(qx, W) minus the uncorrected layer's output
+    (conv(qx, Wq): no bias, no output quantizer)."""
+    calibration = importlib.import_module("brevitas_cpp.graph.calibrate")
+    gen = torch.Generator().manual_seed(1)
+    data = [torch.randn(4, 3, 6, 6, generator=gen) + 0.5 for _ in range(3)]
+    plain = _a2q_program(qnn, qquant, calibration, weight_quant, data, correct=False)
+    with torch.no_grad():
+        errors = [F.conv2d(plain.input_quant(x).value, plain.weight) - plain(x) for x in data]
+    expected = torch.cat(errors).mean(dim=(0, 2, 3))
+    layer = _a2q_program(qnn, qquant, calibration, weight_quant, data)
+    assert layer.bias is not None and layer.bias.shape == (4,)
+    assert torch.allclose(layer.bias, expected, rtol=1e-5, atol=1e-6)

@@ -28,6 +28,9 @@ def env_to_bool(name: str, default: bool) -> bool:
 JIT_ENABLED: bool = env_to_bool("BREVITAS_JIT", False) and bool(_torch_jit_enabled)
 REINIT_ON_STATE_DICT_LOAD: bool = env_to_bool("BREVITAS_REINIT_ON_STATE_DICT_LOAD", True)
 IGNORE_MISSING_KEYS: bool = env_to_bool("BREVITAS_IGNORE_MISSING_KEYS", False)
+# A checkpoint of ours records the quantizer it was made for (class, signedness, narrow range,
+# constant bit widths): loading it into another is an error unless this is set.
+IGNORE_QUANTIZER_MISMATCH: bool = env_to_bool("BREVITAS_IGNORE_QUANTIZER_MISMATCH", False)
 
 # Brevitas's switch (set by the user or export code) to save the tracked parameters that
 # quantizers normally leave out of their state_dict.

@@ -31,6 +31,7 @@ COLLECT_STATS_STEPS = 10  # Brevitas's default is 300: shortened for a short dem
 
 
 def build_model() -> nn.Module:
+    torch.manual_seed(0)  # the same initial weights in every run: a resumed run can be compared
     return nn.Sequential(
         QuantIdentity(collect_stats_steps=COLLECT_STATS_STEPS),
         QuantConv2d(1, 8, 3),
@@ -78,7 +79,9 @@ def main() -> None:
     start_epoch = 0
     if args.resume:
         # Every rank loads into a freshly built model (copy.deepcopy of TorchScript quantizer
-        # blocks is refused). Loading a learned scale ends its statistics collection.
+        # blocks is refused). Loading keeps the model's Parameter objects, so the optimizer built
+        # above steps the loaded scales; a checkpoint saved during the statistics warm-up goes
+        # on collecting where it stopped (the state_dict's metadata carries the step counters).
         checkpoint = torch.load(args.checkpoint, map_location=device, weights_only=True)
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])

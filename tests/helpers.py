@@ -316,3 +316,20 @@ def nearest(u: float, grid) -> float:
     a = abs(u)
     best = min(grid, key=lambda vm: (abs(vm[0] - a), vm[1] % 2))
     return math.copysign(best[0], u)
+
+
+def brevitas_format(state: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """A state_dict as Brevitas saves it: the same entries and per-module metadata (torch's
+    ``_metadata``, for the root module at least), without brevitas_cpp's own metadata entries
+    (step counters, warm-up state, the quantizer record)."""
+    metadata = getattr(state, "_metadata", None) or {"": {"version": 1}}
+    copy = OrderedDictWithMetadata(state)
+    copy._metadata = {
+        path: {key: value for key, value in entry.items() if key != "brevitas_cpp"}
+        for path, entry in metadata.items()
+    }
+    return copy
+
+
+class OrderedDictWithMetadata(dict):
+    """A plain dict that can carry torch's ``_metadata`` attribute, as an OrderedDict does."""

@@ -173,6 +173,7 @@ class ParameterZeroPoint(KeyPolicy, jit.ScriptModule):
 
     # Retraining from a float checkpoint (IGNORE_MISSING_KEYS) keeps zero_point_init.
     INIT_KEPT_KEYS = ("value",)
+    FINITE_KEYS = ("value",)
 
     def __init__(
         self,
@@ -216,6 +217,7 @@ class ParameterFromRuntimeZeroPoint(WarmupValueStateDict, jit.ScriptModule):
     # As Brevitas: before the first batch the placeholder 0 is not saved, even with
     # config._FULL_STATE_DICT (the scale's placeholder is).
     FULL_STATE_DICT_KEEPS_PLACEHOLDER = False
+    FINITE_KEYS = ("value",)
 
     def __init__(
         self,
@@ -304,6 +306,8 @@ class ParameterFromStatsFromParameterZeroPoint(LazyInitValueStateDict, jit.Scrip
     """A learned zero point initialised, on the first call, from statistics of the tracked
     parameters (affine-rescaled), then learned like ParameterZeroPoint. ``value`` enters the
     state_dict once initialised, and loading it marks the block initialised."""
+
+    FINITE_KEYS = ("value",)
 
     def __init__(
         self,

@@ -8,24 +8,17 @@ outputs in QuantTensors (in the subclasses).
 """
 
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, runtime_checkable
 
 import torch
 from torch import nn
 
 from brevitas_cpp import config
+from brevitas_cpp.core._state_dict import METADATA_KEY, saved_metadata
+from brevitas_cpp.core.bit_width import BitWidthConst
 from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL
 from brevitas_cpp.core.hooks import global_module_hooks, module_hooks
-from brevitas_cpp.core.scaling import (
-    ParameterFromRuntimeStatsScaling,
-    ParameterFromStatsFromParameterScaling,
-)
-from brevitas_cpp.core.stats import _RuntimeStats
 from brevitas_cpp.core.utils import StatelessBuffer
-from brevitas_cpp.core.zero_point import (
-    ParameterFromRuntimeZeroPoint,
-    ParameterFromStatsFromParameterZeroPoint,
-)
 from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, Injector, MissingDependencyError
 from brevitas_cpp.proxy.script import (
@@ -81,38 +74,47 @@ def _update_state_dict_impl(quant_injector):
         return None
 
 
-# Quantizer state that is worked out from statistics (of the tracked parameters or of runtime
-# inputs) when it is not given: a checkpoint without it (a float model's, or one saved before
-# the statistics were collected) is complete, so these keys are never reported as missing.
-_DERIVED_FROM_STATS: Tuple[Tuple[type, Tuple[str, ...]], ...] = (
-    (ParameterFromStatsFromParameterScaling, ("value",)),
-    (ParameterFromRuntimeStatsScaling, ("value",)),
-    (ParameterFromStatsFromParameterZeroPoint, ("value",)),
-    (ParameterFromRuntimeZeroPoint, ("value",)),
-    (_RuntimeStats, ("running_stats",)),
-)
+# A checkpoint's record of the quantizer it was made for, in the proxy's metadata entry.
+QUANTIZER_RECORD_KEY = "quantizer"
 
 
-def _keys_derived_from_stats(proxy: nn.Module, prefix: str) -> Set[str]:
-    keys = set()
-    for name, module in proxy.named_modules(remove_duplicate=False):
-        for module_class, attrs in _DERIVED_FROM_STATS:
-            if isinstance(module, module_class):
-                module_prefix = prefix + name + "." if name else prefix
-                keys.update(module_prefix + attr for attr in attrs)
-    return keys
+def _constant_bit_widths(quantizer: nn.Module) -> Dict[str, float]:
+    """The quantizer's constant bit widths by block path: a checkpoint does not hold them."""
+    return {
+        name: float(module())
+        for name, module in quantizer.named_modules()
+        if isinstance(module, BitWidthConst)
+    }
 
 
-def _drop_missing_keys_derived_from_stats(
-    proxy: "QuantProxyFromInjector", incompatible_keys
-) -> None:
-    # Runs after the proxy's whole subtree (including a tensor_quant rebuilt on load) is loaded.
-    prefix = proxy._state_dict_load_prefix
-    if prefix is None:
-        return
-    derived = _keys_derived_from_stats(proxy, prefix)
-    missing = incompatible_keys.missing_keys
-    missing[:] = [key for key in missing if key not in derived]
+def _quantizer_record_mismatch(saved: Dict[str, Any], current: Dict[str, Any]) -> List[str]:
+    return [
+        f"{key}: checkpoint {saved[key]!r}, this layer {current.get(key)!r}"
+        for key in sorted(saved)
+        if saved[key] != current.get(key)
+    ]
+
+
+def _reuse_tensors(module: nn.Module, previous: Dict[str, torch.Tensor]) -> None:
+    """Where the rebuilt tree has a parameter or buffer at the same path, of the same kind,
+    shape, dtype and device as before, the earlier tensor object takes the new value and its
+    place: an optimizer built before keeps stepping what the quantizer uses."""
+    for module_name, sub in module.named_modules(remove_duplicate=False):
+        for slots in (sub._parameters, sub._buffers):
+            for name, tensor in list(slots.items()):
+                old = previous.get(f"{module_name}.{name}" if module_name else name)
+                if (
+                    tensor is None
+                    or old is None
+                    or old is tensor
+                    or type(old) is not type(tensor)
+                    or (old.shape, old.dtype, old.device)
+                    != (tensor.shape, tensor.dtype, tensor.device)
+                ):
+                    continue
+                with torch.no_grad():
+                    old.copy_(tensor)
+                setattr(sub, name, old)
 
 
 @runtime_checkable
@@ -189,8 +191,6 @@ class QuantProxyFromInjector(
         self.tensor_quant = None
         # A plain list, not a ModuleList: these are the parents, not submodules.
         self.tracked_module_list: List[nn.Module] = []
-        self._state_dict_load_prefix: Optional[str] = None
-        self.register_load_state_dict_post_hook(_drop_missing_keys_derived_from_stats)
         self.add_tracked_module(quant_layer)
         self.disable_quant = False
         self.is_signed = quant_injector.signed if "signed" in quant_injector else None
@@ -209,6 +209,34 @@ class QuantProxyFromInjector(
 
     def init_tensor_quant(self) -> None:
         self.tensor_quant = self.quant_injector.tensor_quant
+
+    def rebuild_tensor_quant(self) -> None:
+        """init_tensor_quant() over a quantizer built before: the new one goes where the old
+        one was (a model moved with .cuda() or .double() stays so) and keeps the old parameter
+        and buffer objects wherever they line up, so that an optimizer built before the rebuild
+        (e.g. before load_state_dict) keeps stepping the scales the quantizer uses."""
+        previous = dict(self.named_parameters(remove_duplicate=False))
+        previous.update(self.named_buffers(remove_duplicate=False))
+        placement = _placement(self)
+        self.init_tensor_quant()
+        if placement is not None:
+            self.to(device=placement[0], dtype=placement[1])
+        _reuse_tensors(self, previous)
+
+    def built_quantizer(self) -> Optional[nn.Module]:
+        """The quantizer block tree the proxy runs (None when it quantizes nothing)."""
+        return self.tensor_quant
+
+    def quantizer_record(self) -> Dict[str, Any]:
+        """What a checkpoint records of the quantizer beyond its state_dict entries, so that a
+        checkpoint made for another quantizer or bit width is recognised at load."""
+        quantizer = self.built_quantizer()
+        return {
+            "tensor_quant": None if quantizer is None else type(quantizer).__name__,
+            "signed": self.is_signed,
+            "narrow_range": self.is_narrow_range,
+            "constant_bit_widths": {} if quantizer is None else _constant_bit_widths(quantizer),
+        }
 
     @property
     def is_quant_enabled(self) -> bool:
@@ -286,6 +314,12 @@ class QuantProxyFromInjector(
             )
         return self
 
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        entry = saved_metadata(destination, prefix)
+        if entry is not None:
+            entry[QUANTIZER_RECORD_KEY] = self.quantizer_record()
+
     def _load_from_state_dict(
         self,
         state_dict: Dict[str, Any],
@@ -296,7 +330,6 @@ class QuantProxyFromInjector(
         unexpected_keys: List[str],
         error_msgs: List[str],
     ) -> None:
-        self._state_dict_load_prefix = prefix
         if self.update_state_dict_impl is not None:
             self.update_state_dict_impl(prefix, state_dict)
         super()._load_from_state_dict(
@@ -304,17 +337,30 @@ class QuantProxyFromInjector(
         )
         # The parent layer's parameters are already loaded (parents load before children) and
         # tensor_quant's own state is loaded next: rebuilding here re-derives everything from
-        # the new parameters, then lets the checkpoint's quantizer values override. The rebuilt
-        # quantizer goes where the old one was (a model moved with .cuda() or .double() stays so).
+        # the new parameters, then lets the checkpoint's quantizer values override.
         if config.REINIT_ON_STATE_DICT_LOAD:
-            placement = _placement(self)
-            self.init_tensor_quant()
-            if placement is not None:
-                self.to(device=placement[0], dtype=placement[1])
+            self.rebuild_tensor_quant()
+        self._check_quantizer_record(prefix, local_metadata, error_msgs)
         # Older checkpoints saved the sentinel.
         zero_hw_sentinel_key = prefix + "zero_hw_sentinel"
         if zero_hw_sentinel_key in unexpected_keys:
             unexpected_keys.remove(zero_hw_sentinel_key)
+
+    def _check_quantizer_record(
+        self, prefix: str, local_metadata: Dict[str, Any], error_msgs: List[str]
+    ) -> None:
+        """A checkpoint of ours records its quantizer (Brevitas's records none: not checked)."""
+        saved = (local_metadata or {}).get(METADATA_KEY, {}).get(QUANTIZER_RECORD_KEY)
+        if saved is None or config.IGNORE_QUANTIZER_MISMATCH:
+            return
+        mismatch = _quantizer_record_mismatch(saved, self.quantizer_record())
+        if mismatch:
+            error_msgs.append(
+                f"{type(self).__name__} at {prefix[:-1]!r}: the checkpoint was made for another "
+                f"quantizer ({'; '.join(mismatch)}). To load it into this one anyway (e.g. to "
+                f"fine-tune at a new bit width), set brevitas_cpp.config.IGNORE_QUANTIZER_MISMATCH "
+                f"= True (environment: BREVITAS_IGNORE_QUANTIZER_MISMATCH=1)."
+            )
 
 
 class RetrievedMetadata:

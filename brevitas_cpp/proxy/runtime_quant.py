@@ -164,6 +164,12 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         if fused is not None and not isinstance(fused.tensor_quant, _TensorQuantDisabledIdentity):
             return fused.tensor_quant.int_quant.input_view_impl
         return nn.Identity()
+    def built_quantizer(self) -> Optional[nn.Module]:
+        fused = self.fused_activation_quant_proxy
+        if fused is None or isinstance(fused.tensor_quant, _TensorQuantDisabledIdentity):
+            return None
+        return fused.tensor_quant
+
 
     def internal_forward(self, force_eval: bool):
         """The quantizer run on a placeholder, to read its scale etc. (in eval if force_eval:

@@ -13,6 +13,7 @@ from core_refs import (
     ref_momentum_update,
     ste,
 )
+from helpers import brevitas_format
 from torch import Tensor
 
 from brevitas_cpp import config, jit
@@ -408,7 +409,8 @@ def test_parameter_from_stats_zero_point_state_dict():
     assert torch.equal(fresh.value.detach(), saved["value"])
 
     lazy = stats_zero_point(wp, True)
-    assert lazy.load_state_dict({}, strict=False).missing_keys == ["value"]
+    assert lazy.load_state_dict({}, strict=True).missing_keys == []  # a float checkpoint
+    assert lazy.load_state_dict(brevitas_format({}), strict=False).missing_keys == ["value"]
     assert not lazy.init_done
 
 
@@ -540,8 +542,16 @@ def test_parameter_from_runtime_zero_point_state_dict():
     assert list(saved) == ["value"]
     assert torch.equal(saved["value"], ref_negative_min(data[0], True, channel_dim=1))
 
+    # Our checkpoint goes on with the warm-up where it stopped.
+    resumed = runtime_zero_point(True, steps)
+    resumed.load_state_dict(saved, strict=True)
+    assert resumed.counter == block.counter == 1
+    for x in data[1:]:
+        assert torch.equal(resumed(x, SCALE, BIT_WIDTH), block(x, SCALE, BIT_WIDTH))
+
+    # A checkpoint without that record (Brevitas's) ends the warm-up, as in Brevitas.
     fresh = runtime_zero_point(True, steps)
-    result = fresh.load_state_dict(saved, strict=True)
+    result = fresh.load_state_dict(brevitas_format(saved), strict=True)
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert fresh.counter == steps + 1
     out = fresh(data[3] * 10.0, SCALE, BIT_WIDTH)
@@ -551,7 +561,8 @@ def test_parameter_from_runtime_zero_point_state_dict():
     assert torch.equal(fresh.value.detach(), saved["value"])
 
     lazy = runtime_zero_point(True, steps)
-    result = lazy.load_state_dict({}, strict=False)
+    assert lazy.load_state_dict({}, strict=True).missing_keys == []  # a float checkpoint
+    result = lazy.load_state_dict(brevitas_format({}), strict=False)
     assert result.missing_keys == ["value"] and lazy.counter == 0
 
 

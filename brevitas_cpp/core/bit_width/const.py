@@ -14,7 +14,10 @@ from brevitas_cpp.core._state_dict import KeyPolicy
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function.ops_ste import tensor_clamp_ste
 
-__all__ = ["BitWidthConst", "BitWidthStatefulConst", "MsbClampBitWidth"]
+__all__ = ["BitWidthConst", "BitWidthStatefulConst", "MAX_BIT_WIDTH", "MsbClampBitWidth"]
+
+# The widest integer grid the ops take (a loaded bit width above it is refused).
+MAX_BIT_WIDTH = 32
 
 
 def _checked_bit_width(owner: str, arg: str, bit_width, minimum: int = 1) -> int:
@@ -52,6 +55,13 @@ class BitWidthStatefulConst(KeyPolicy, jit.ScriptModule):
     with (and restored from) a checkpoint."""
 
     INIT_KEPT_KEYS = ("bit_width",)
+
+    def _refusal(self, name: str, value: Tensor) -> Optional[str]:
+        if name == "bit_width" and not (
+            value.numel() == 1 and float(value) in range(1, MAX_BIT_WIDTH + 1)
+        ):
+            return f"must be a whole number of bits in [1, {MAX_BIT_WIDTH}], got {value.tolist()}"
+        return super()._refusal(name, value)
 
     def __init__(
         self,

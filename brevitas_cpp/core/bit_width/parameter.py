@@ -11,6 +11,8 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 
 from brevitas_cpp import config, jit
+from brevitas_cpp.core._state_dict import describe_values
+from brevitas_cpp.core.bit_width.const import MAX_BIT_WIDTH
 from brevitas_cpp.core.function_wrapper import RoundSte
 from brevitas_cpp.core.restrict_val import IntRestrictValue
 from brevitas_cpp.function.ops_ste import abs_binary_sign_grad
@@ -26,6 +28,26 @@ __all__ = [
     "REMOVE_ZERO_BIT_WIDTH",
     "RemoveBitwidthParameter",
 ]
+
+
+def _offset_refusal(offset: Tensor, bit_width_base: float) -> Optional[str]:
+    """Why a checkpoint's bit_width_offset can not be loaded (None: it can). The layer runs at
+    round(|offset| + base) bits (Brevitas's |.|: an offset that crossed 0 in training keeps
+    learning); a negative offset is taken as what it says, offset + base bits, which must not
+    round below min_bit_width (the parameterisation can not express it) nor |offset| + base
+    above 32."""
+    if not bool(torch.isfinite(offset).all()):
+        return f"must be finite, got {describe_values(offset)}"
+    signed_bits = float(torch.round(offset.detach().double() + bit_width_base).min())
+    run_bits = float(torch.round(offset.detach().double().abs() + bit_width_base).max())
+    if signed_bits < bit_width_base:
+        return (
+            f"gives {signed_bits:g} bits (min_bit_width {bit_width_base:g} + offset "
+            f"{describe_values(offset)}), below min_bit_width: this layer can not run it"
+        )
+    if run_bits > MAX_BIT_WIDTH:
+        return f"gives {run_bits:g} bits, above {MAX_BIT_WIDTH}"
+    return None
 
 
 def _checked_int(owner: str, arg: str, value) -> int:
@@ -105,10 +127,19 @@ class BitWidthParameter(jit.ScriptModule):
             state_dict[offset_key] = state_dict.pop(bit_width_key) - self.bit_width_base
         if self.override_pretrained and offset_key in state_dict:
             del state_dict[offset_key]
+        refused = offset_key in state_dict and _offset_refusal(
+            state_dict[offset_key], self.bit_width_base
+        )
+        if refused:
+            # torch's load works on a copy of the checkpoint: dropping the entry keeps ours.
+            del state_dict[offset_key]
+            error_msgs.append(f"{type(self).__name__} at {offset_key!r}: {refused}")
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
-        if (config.IGNORE_MISSING_KEYS or self.override_pretrained) and offset_key in missing_keys:
+        if (
+            config.IGNORE_MISSING_KEYS or self.override_pretrained or refused
+        ) and offset_key in missing_keys:
             missing_keys.remove(offset_key)
 
 
@@ -175,6 +206,11 @@ class RemoveBitwidthParameter(jit.ScriptModule):
         coeff_key = prefix + "bit_width_coeff"
         if self.override_pretrained and coeff_key in state_dict:
             del state_dict[coeff_key]
+        if coeff_key in state_dict and not bool(torch.isfinite(state_dict[coeff_key]).all()):
+            error_msgs.append(
+                f"{type(self).__name__} at {coeff_key!r}: must be finite, got "
+                f"{describe_values(state_dict.pop(coeff_key))}"
+            )
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

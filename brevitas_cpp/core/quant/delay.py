@@ -27,6 +27,8 @@ class _DelayQuant(KeyPolicy, jit.ScriptModule):
 
     # Some TorchScript versions report the `training` flag as a state entry; it is not state.
     NEVER_SAVED_KEYS = ("training",)
+    # The countdown: a resumed run delays only the steps the saved one had left.
+    SAVED_COUNTERS = ("quant_delay_steps",)
 
     def __init__(self, quant_delay_steps: int) -> None:
         super().__init__()

@@ -56,6 +56,7 @@ class _AffineRescaling(KeyPolicy, jit.ScriptModule):
 
     # Retraining from a float checkpoint: the rescaling keeps its init values.
     INIT_KEPT_KEYS = ("affine_weight",)
+    FINITE_KEYS = ("affine_weight",)
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from brevitas_cpp.core._state_dict import (
     LEGACY_VALUE_KEYS,
     KeyPolicy,
     LazyInitValueStateDict,
+    LearnedScaleChecks,
     WarmupValueStateDict,
 )
 from brevitas_cpp.core.function_wrapper import Identity, OverBatchOverTensorView, TensorClamp
@@ -129,7 +130,7 @@ class ConstScaling(jit.ScriptModule):
         return self.restrict_clamp_scale_threshold(value / threshold)
 
 
-class ParameterScaling(KeyPolicy, jit.ScriptModule):
+class ParameterScaling(LearnedScaleChecks, KeyPolicy, jit.ScriptModule):
     """A learned scale (state_dict key ``value``, in the restrict domain), initialised to
     scaling_init, broadcast to scaling_shape when scaling_init is a scalar."""
 
@@ -185,8 +186,13 @@ class ParameterScaling(KeyPolicy, jit.ScriptModule):
         value = self.restrict_clamp_scaling(self.value)
         return self.restrict_clamp_scale_threshold(value / threshold)
 
+    def _scale_restrict_impl(self) -> Module:
+        return self.restrict_clamp_scaling.restrict_value_impl
 
-class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptModule):
+
+class ParameterFromStatsFromParameterScaling(
+    LearnedScaleChecks, LazyInitValueStateDict, jit.ScriptModule
+):
     """A learned scale initialised, on the first call, from statistics of the tracked
     parameters (then clamped, moved to the restrict domain and affine-rescaled); afterwards it
     is learned like ParameterScaling. ``value`` enters the state_dict once initialised, and
@@ -274,8 +280,13 @@ class ParameterFromStatsFromParameterScaling(LazyInitValueStateDict, jit.ScriptM
         self.init_done = True
         return value
 
+    def _scale_restrict_impl(self) -> Module:
+        return self.stats_scaling_impl.restrict_clamp_scaling.restrict_value_impl
 
-class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, jit.ScriptModule):
+
+class ParameterFromRuntimeStatsScaling(
+    SkipsIdentities, LearnedScaleChecks, WarmupValueStateDict, jit.ScriptModule
+):
     """A learned scale initialised from statistics of the runtime input.
 
     For the first collect_stats_steps training calls the scale is the batch statistic (clamped,
@@ -414,6 +425,9 @@ class ParameterFromRuntimeStatsScaling(SkipsIdentities, WarmupValueStateDict, ji
     def _warmup_value_of(self, average: Tensor) -> Tensor:
         # value lives in the restrict domain; the running statistic does not.
         return self.restrict_scaling_pre(average)
+
+    def _scale_restrict_impl(self) -> Module:
+        return self.restrict_scaling.restrict_value_impl
 
 
 class TruncMsbScaling(jit.ScriptModule):

@@ -61,6 +61,14 @@ class _RuntimeStats(KeyPolicy, jit.ScriptModule):
     # A scripted module lists its training flag among the expected keys; it is never saved.
     NEVER_SAVED_KEYS = ("training",)
     INIT_KEPT_KEYS = ("running_stats",)
+    FINITE_KEYS = ("running_stats",)
+    # Worked out from the first batches when a float model's checkpoint lacks it.
+    DERIVED_KEYS = ("running_stats",)
+    # How many batches the running statistic has seen: it sets the next batch's weight.
+    SAVED_COUNTERS = ("counter",)
+
+    def _derived_were_saved(self, saved) -> bool:
+        return int(saved.get("counter", 1)) > 0
 
     def __init__(
         self,

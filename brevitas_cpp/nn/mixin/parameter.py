@@ -23,7 +23,7 @@ def _reinit_on_new_parameter(layer, proxy_name: str, name: str, value) -> None:
     quantizer tracks: rebuild it, as Brevitas does."""
     proxy = getattr(layer, proxy_name, None)  # None while the torch layer registers it first
     if proxy is not None and value is not None:
-        proxy.init_tensor_quant()
+        proxy.rebuild_tensor_quant()
         proxy.to(value.device)
 
 

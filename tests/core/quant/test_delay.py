@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import brevitas_format
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.quant.delay import DelayWrapper, _DelayQuant, _NoDelay
@@ -37,15 +38,20 @@ def test_countdown_advances_in_eval_mode_too():
     assert wrapper(X, Y) is Y
 
 
-def test_counter_is_not_state():
+def test_countdown_is_in_the_metadata_only():
+    """No state_dict entry (Brevitas's keys); the countdown travels in the metadata, so a
+    resumed wrapper delays only the calls the saved one had left."""
     wrapper = DelayWrapper(2)
     wrapper(X, Y)
     assert list(wrapper.state_dict()) == []
     fresh = DelayWrapper(2)
     result = fresh.load_state_dict(wrapper.state_dict(), strict=True)
     assert result.missing_keys == [] and result.unexpected_keys == []
-    # The fresh wrapper starts its own countdown.
-    assert fresh(X, Y) is X and fresh(X, Y) is X and fresh(X, Y) is Y
+    assert fresh(X, Y) is X and fresh(X, Y) is Y
+    # From a checkpoint without it (Brevitas's), the wrapper starts its own countdown.
+    brevitas = DelayWrapper(2)
+    brevitas.load_state_dict(brevitas_format(wrapper.state_dict()), strict=True)
+    assert brevitas(X, Y) is X and brevitas(X, Y) is X and brevitas(X, Y) is Y
 
 
 def test_gradient_flows_to_whichever_is_returned():

@@ -18,6 +18,7 @@ from core_refs import (
     ref_momentum_update,
     signed_clamp_min,
 )
+from helpers import brevitas_format
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
@@ -237,12 +238,13 @@ def test_state_dict_through_the_phases():
 
 @pytest.mark.parametrize("stop_after", [1, 3], ids=["mid_warm_up", "initialised"])
 def test_loading_a_value_ends_statistics_collection(stop_after):
+    """As in Brevitas, for a checkpoint without brevitas_cpp's warm-up record (Brevitas's)."""
     steps = 2
     block = make_block(True, steps, kind="log")
     data = batches(5)
     for x in data[:stop_after]:
         block(x)
-    saved = block.state_dict()
+    saved = brevitas_format(block.state_dict())
     thr = torch.tensor(3.0)
 
     fresh = make_block(True, steps, kind="log")
@@ -258,11 +260,32 @@ def test_loading_a_value_ends_statistics_collection(stop_after):
     assert torch.equal(fresh(data[4], thr), ref_eval(saved["value"], thr, "log", None))
 
 
+@pytest.mark.parametrize("stop_after", [0, 1, 2, 3])
+def test_checkpoint_resumes_where_it_stopped(stop_after):
+    """Our checkpoint records the warm-up (counter, running average, the parameter itself): a
+    fresh block loaded from it goes on exactly as the saved one does, in every phase."""
+    steps = 2
+    block = make_block(True, steps, kind="log")
+    data = batches(6)
+    thr = torch.tensor(3.0)
+    for x in data[:stop_after]:
+        block(x, thr)
+    fresh = make_block(True, steps, kind="log")
+    fresh.load_state_dict(block.state_dict(), strict=True)
+    assert fresh.counter == block.counter
+    for x in data[stop_after:]:
+        assert torch.equal(fresh(x, thr), block(x, thr))
+    assert torch.equal(fresh.value.detach(), block.value.detach())
+
+
 def test_loading_without_value():
+    """A checkpoint with the block but without value (Brevitas's saved before the first batch)
+    is missing it, as in Brevitas; one without the block (a float model's) is complete."""
     block = make_block(False)
+    assert block.load_state_dict({}, strict=True).missing_keys == []
     with pytest.raises(RuntimeError, match="Missing key"):
-        block.load_state_dict({})
-    result = block.load_state_dict({}, strict=False)
+        block.load_state_dict(brevitas_format({}))
+    result = block.load_state_dict(brevitas_format({}), strict=False)
     # Only value is reported: the buffer is never part of a checkpoint.
     assert result.missing_keys == ["value"] and result.unexpected_keys == []
     assert block.counter == 0

@@ -17,6 +17,7 @@ from core_refs import (
     backward_same,
     signed_clamp_min,
 )
+from helpers import brevitas_format
 from torch import Tensor
 
 from brevitas_cpp import config
@@ -405,9 +406,11 @@ def test_parameter_from_stats_state_dict():
     assert torch.equal(out, torch.abs(2.0 ** saved["value"]) / 1.0)
     assert torch.equal(fresh.value.detach(), saved["value"])
 
-    # Loading without value (strict=False) leaves it to be initialised from statistics.
+    # Loading without value (strict=False) leaves it to be initialised from statistics: a
+    # checkpoint with the block misses it (as in Brevitas), one without it (a float model's) not.
     lazy = stats_block(True, wp, "log")
-    result = lazy.load_state_dict({}, strict=False)
+    assert lazy.load_state_dict({}, strict=True).missing_keys == []
+    result = lazy.load_state_dict(brevitas_format({}), strict=False)
     assert result.missing_keys == ["value"]
     lazy(wp)
     assert torch.equal(lazy.value.detach(), saved["value"])

@@ -3,7 +3,7 @@ parameters, running statistics (EMA and cumulative), state_dict behaviour and ba
 
 import pytest
 import torch
-from helpers import rand
+from helpers import brevitas_format, rand
 from torch import nn
 
 from brevitas_cpp import config
@@ -211,11 +211,21 @@ def test_runtime_stats_state_dict_round_trip(monkeypatch):
     assert fresh.load_state_dict(state, strict=True).missing_keys == []
     fresh.eval()
     assert torch.equal(fresh(torch.zeros(3, 1)), block.running_stats)
-    # Missing statistics are an error unless IGNORE_MISSING_KEYS (e.g. from a float checkpoint).
-    assert _runtime(0.1).load_state_dict({}, strict=False).missing_keys == ["running_stats"]
-    monkeypatch.setattr(config, "IGNORE_MISSING_KEYS", True)
+    # The counter comes back too: the next batch is weighed as in the saved block.
+    assert fresh.counter == block.counter
+    fresh.train()
+    x = _batches()[0]
+    assert torch.equal(fresh(x), block(x))
+    # Missing statistics are an error in a checkpoint with the block (as in Brevitas) unless
+    # IGNORE_MISSING_KEYS; a checkpoint without the block (a float model's) is complete.
     assert _runtime(0.1).load_state_dict({}, strict=True).missing_keys == []
 
+    brevitas_empty = brevitas_format({})
+    assert _runtime(0.1).load_state_dict(brevitas_empty, strict=False).missing_keys == [
+        "running_stats"
+    ]
+    monkeypatch.setattr(config, "IGNORE_MISSING_KEYS", True)
+    assert _runtime(0.1).load_state_dict(brevitas_empty, strict=True).missing_keys == []
 
 def test_runtime_stats_dtype_and_initial_value():
     block = _runtime(0.1, dtype=torch.float64)

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from brevitas_cpp.function import identity
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
+from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
 from .quant_activation import QuantIdentity
 
@@ -139,10 +140,7 @@ class QuantScaledDotProductAttention(nn.Module):
                 "QuantScaledDotProductAttention: give either attn_mask or is_causal=True, not both"
             )
         if enable_gqa:
-            raise NotImplementedError(
-                "QuantScaledDotProductAttention: enable_gqa=True (grouped-query attention) is "
-                "not supported; repeat the key and value heads to the query's instead"
-            )
+            _check_gqa_heads(query, key, value)
         if not 0.0 <= dropout_p <= 1.0:
             raise ValueError(
                 f"QuantScaledDotProductAttention: dropout_p must be in [0, 1], got {dropout_p!r}"
@@ -164,9 +162,52 @@ class QuantScaledDotProductAttention(nn.Module):
         value = self.pre_process_v(value)
         q_scaled = self.q_scaled_quant(query * scale_factor)
         k_transposed = self.k_transposed_quant(key.transpose(-2, -1))
+        if enable_gqa:
+            # Quantized before the heads are repeated: the statistics are those of the key
+            # itself, which Brevitas, broadcasting one key head, also sees.
+            k_transposed = _repeat_heads(k_transposed, query.size(-3))
         scores = q_scaled @ k_transposed
         scores += attn_bias
         weights = torch.softmax(self.softmax_input_quant(scores), dim=-1)
         weights = torch.dropout(weights, dropout_p, train=True)
         weights = self.attn_output_weights_quant(weights)
-        return self.sdpa_output_quant(weights @ self.v_quant(value))
+        quant_value = self.v_quant(value)
+        if enable_gqa:
+            quant_value = _repeat_heads(quant_value, query.size(-3))
+        return self.sdpa_output_quant(weights @ quant_value)
+
+
+def _check_gqa_heads(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """enable_gqa's conditions, as F.scaled_dot_product_attention sets them: heads at dim -3,
+    and the key's and the value's head counts each dividing the query's."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if tensor.dim() < 3:
+            raise ValueError(
+                f"QuantScaledDotProductAttention: enable_gqa=True needs heads at dim -3, so "
+                f"{name} must have at least 3 dims (..., heads, length, embedding), got shape "
+                f"{tuple(tensor.shape)}"
+            )
+    heads = query.size(-3)
+    for name, tensor in (("key", key), ("value", value)):
+        if heads % tensor.size(-3) != 0:
+            raise ValueError(
+                f"QuantScaledDotProductAttention: enable_gqa=True repeats the {name} heads to "
+                f"the query's, so the {name}'s {tensor.size(-3)} heads must divide the query's "
+                f"{heads}"
+            )
+
+
+def _repeat_heads(x: Any, heads: int) -> Any:
+    """x with each head (dim -3) repeated to ``heads`` heads in all, head h serving query heads
+    h * r ... (h + 1) * r - 1 (repeat_interleave, as F.scaled_dot_product_attention). A
+    QuantTensor (a quantizer's return_quant_tensor=True) keeps its metadata where its scale and
+    zero point are the same for every head; otherwise torch gives a plain tensor."""
+    value = _unpack_quant_tensor(x)
+    repeats = heads // value.size(-3)
+    if repeats == 1:
+        return x
+    if isinstance(x, QuantTensor) and all(
+        t.dim() < 3 or t.size(-3) == 1 for t in (x.scale, x.zero_point)
+    ):
+        return x.set(value=value.repeat_interleave(repeats, dim=-3))
+    return torch.repeat_interleave(x, repeats, dim=-3)

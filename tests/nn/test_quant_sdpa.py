@@ -151,6 +151,44 @@ def test_is_its_quantizers_around_the_float_attention() -> None:
     assert torch.equal(out, expected)
 
 
+def _gqa_inputs():
+    torch.manual_seed(1)
+    # 6 query heads over 2 key heads and 3 value heads (each divides 6, as torch requires).
+    return torch.randn(2, 6, 4, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 3, 5, 8)
+
+
+@pytest.mark.parametrize("call", [{}, {"is_causal": True}])
+def test_gqa_unquantized_equals_the_float_function(call) -> None:
+    q, k, v = _gqa_inputs()
+    off = {
+        n: None
+        for n in ("attn_output_weights_quant", "q_scaled_quant", "k_transposed_quant", "v_quant")
+    }
+    out = qnn.QuantScaledDotProductAttention(**off)(q, k, v, enable_gqa=True, **call)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **call)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gqa_is_the_float_function_on_the_dequantized_values() -> None:
+    """Each key and value head serves the query heads h * r ... (h + 1) * r - 1; the key and
+    the value are quantized before their heads are repeated (the statistics of the tensors
+    themselves, as Brevitas sees them when one key head broadcasts)."""
+    q, k, v = _gqa_inputs()
+    sdpa = qnn.QuantScaledDotProductAttention(sdpa_output_quant=qquant.Int8ActPerTensorFloat)
+    with torch.no_grad():
+        sdpa(q, k, v, enable_gqa=True)  # statistics of the training call
+        sdpa.eval()
+        out = sdpa(q, k, v, enable_gqa=True)
+        q_scaled = sdpa.q_scaled_quant(q / math.sqrt(8))
+        k_quant = sdpa.k_transposed_quant(k.transpose(-2, -1))
+        v_quant = sdpa.v_quant(v)
+        # Query head j reads key head j // 3 and value head j // 2 (the heads written out).
+        scores = q_scaled @ k_quant[:, [0, 0, 0, 1, 1, 1]]
+        weights = sdpa.attn_output_weights_quant(torch.softmax(scores, dim=-1))
+        expected = sdpa.sdpa_output_quant(weights @ v_quant[:, [0, 0, 1, 1, 2, 2]])
+    assert torch.equal(out, expected)
+
+
 def test_dropout_applies_whatever_the_mode_as_in_the_float_function() -> None:
     q, k, v = _inputs()
     sdpa = qnn.QuantScaledDotProductAttention().eval()
@@ -164,8 +202,10 @@ def test_bad_input_names_the_argument() -> None:
         sdpa(q, k, v, attn_mask=torch.zeros(5, 5), is_causal=True)
     with pytest.raises(ValueError, match="dropout_p"):
         sdpa(q, k, v, dropout_p=1.5)
-    with pytest.raises(NotImplementedError, match="enable_gqa"):
-        sdpa(q, k, v, enable_gqa=True)
+    with pytest.raises(ValueError, match="key's 2 heads must divide the query's 3"):
+        sdpa(torch.randn(2, 3, 5, 8), k, v, enable_gqa=True)
+    with pytest.raises(ValueError, match="query must have at least 3 dims"):
+        sdpa(q[0, 0], k[0, 0], v[0, 0], enable_gqa=True)
     with pytest.raises(TypeError, match="foo=1"):
         qnn.QuantScaledDotProductAttention(foo=1)
 

@@ -1,15 +1,20 @@
 """Dependencies between the packages run one way, top to bottom:
 
-    export -> graph, loss (side by side) -> nn, inject.defaults (side by side) -> quant
-       (quantizers and their solvers, which name the proxies) -> proxy -> quant_tensor, core
-       (side by side) -> inject, utils, optim (side by side) -> function -> the leaf modules
+    onnx -> export -> graph, loss (side by side) -> nn, inject.defaults (side by side) -> quant
+       (quantizers and their solvers, which name the proxies), utils.quant_utils -> proxy ->
+       quant_tensor, core (side by side) -> inject, utils, optim (side by side) -> function ->
+       the leaf modules
 
 Each package is imported, with all its modules, in a fresh interpreter in which importing a
 package above it (or beside it, at the same rank) raises: an import cycle or a module alias
 that reaches upward fails here. ``inject.enum`` is a leaf (the standard library only) that
 every package may use. ``inject.defaults`` re-exports ``quant``'s quantizers under Brevitas's
-module name, so it is ranked on its own, above ``quant``, and left out of ``inject``'s check.
-``optim`` depends on torch only (the root package still loads ``function``)."""
+module name, so it is ranked on its own, above ``quant``, and left out of ``inject``'s check;
+``utils.quant_utils`` (Brevitas's module of proxy predicates), ``utils.logging`` (which
+re-exports it) and ``utils.python_utils`` (whose ``AutoName`` is ``inject.enum``'s, behind
+``inject``'s package) are ranked apart from ``utils``, above ``proxy`` and ``inject``.
+``_unsupported`` (the stubs of Brevitas's unsupported names), ``compiler`` and ``library`` are
+leaves. ``optim`` depends on torch only (the root package still loads ``function``)."""
 
 import os
 import subprocess
@@ -22,12 +27,16 @@ import brevitas_cpp
 
 # rank: higher imports lower, never the reverse or sideways.
 RANKS = {
+    "onnx": 9,
     "export": 8,
     "graph": 7,
     "loss": 7,
     "nn": 6,
     "inject.defaults": 6,
     "quant": 5,
+    "utils.quant_utils": 5,
+    "utils.logging": 6,
+    "utils.python_utils": 3,
     "proxy": 4,
     "quant_tensor": 3,
     "core": 3,
@@ -36,7 +45,19 @@ RANKS = {
     "optim": 2,
     "function": 1,
 }
-LEAVES = {"_load", "_C", "_torch_version", "config", "jit", "distributed", "inject.enum"}
+LEAVES = {
+    "_load",
+    "_C",
+    "_torch_version",
+    "_unsupported",
+    "_unsupported_table",
+    "compiler",
+    "config",
+    "jit",
+    "distributed",
+    "inject.enum",
+    "library",
+}
 # Modules ranked apart from the package that holds them (checked on their own, not with it).
 RANKED_MODULES = {name for name in RANKS if "." in name}
 

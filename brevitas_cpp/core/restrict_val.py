@@ -8,7 +8,7 @@ and its forward maps a value of that domain back to a scale (e.g. 2 ** round(x))
 
 import math
 import numbers
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -34,6 +34,7 @@ __all__ = [
     "IntRestrictValue",
     "LogFloatRestrictValue",
     "PowerOfTwoRestrictValue",
+    "QuantRestrictValue",
     "RestrictValueType",
     "_AbsValue",
     "_ClampValue",
@@ -275,3 +276,44 @@ class PowerOfTwoRestrictValue(_Log2DomainInit, jit.ScriptModule):
     def forward(self, x: Tensor) -> Tensor:
         x = self.float_to_int_impl(x)
         return self.power_of_two(x)
+
+
+class QuantRestrictValue(_LinearDomainInit, jit.ScriptModule):
+    """Values are quantized by a whole quantizer, ``restrict_value_float_to_int_impl``, whose
+    output tuple's value is kept (a scale quantized to a grid of its own: Brevitas's quantized
+    scales); ``scale_dequantized_shape``, when given, views it back to the scale's shape
+    (groupwise quantization). Values stay in the linear domain.
+
+    Brevitas's restrict_init_float and restrict_init_tensor return an Identity module instead
+    of the value, which no scaling block can use; here they return the value, as the other
+    linear-domain restrictions do."""
+
+    def __init__(
+        self,
+        restrict_value_float_to_int_impl: Module,
+        scaling_shape: Tuple[int, ...],
+        scale_dequantized_shape: Optional[Tuple[int, ...]],
+    ) -> None:
+        super().__init__()
+        self.float_to_int_impl = checked_module(
+            type(self).__name__,
+            "restrict_value_float_to_int_impl",
+            restrict_value_float_to_int_impl,
+        )
+        self.scaling_shape = scaling_shape
+        # A list: TorchScript has no variable-length tuple type.
+        self.scale_dequantized_shape = jit.Attribute(
+            None if scale_dequantized_shape is None else list(scale_dequantized_shape),
+            Optional[List[int]],
+        )
+
+    def retrocompatibility_op(self, x: Tensor) -> Module:
+        return Identity()
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.float_to_int_impl(x)[0]
+        shape = self.scale_dequantized_shape
+        if shape is not None:  # back to the dequantized scale's shape (groupwise)
+            out = out.view(shape)
+        return out

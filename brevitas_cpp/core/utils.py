@@ -1,7 +1,7 @@
 """Small modules shared by the core blocks: constants that never enter the state_dict,
 parameter holders, and in-place statistics updates kept out of TorchScript."""
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -110,3 +110,20 @@ class SkipsIdentities:
             and all(flag in self.__dict__ for _, flag in slots)
         ):
             self.refresh_identity_flags()
+
+
+class SliceTensor(jit.ScriptModule):
+    """Selects the slice of a per-element tensor that matches a weight quantized piecewise:
+    ``subtensor_slice_list`` has a (start, stop) or None per leading dimension, set by
+    ``quant_weight(subtensor_slice_list=...)`` for the length of one call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.subtensor_slice_list = jit.Attribute([None], List[Optional[Tuple[int, int]]])
+
+    @jit.script_method
+    def forward(self, x: Tensor) -> Tensor:
+        for dim, bounds in enumerate(self.subtensor_slice_list):
+            if bounds is not None:
+                x = torch.ops.aten.slice(x, dim, bounds[0], bounds[1])
+        return x

@@ -26,6 +26,7 @@ from brevitas_cpp.function.ops_ste import (
     scalar_clamp_ste,
     scalar_signed_clamp_min_ste,
     tensor_clamp_ste,
+    tensor_clamp_ste_,
     ternary_sign_ste,
 )
 from brevitas_cpp.function.quant import (
@@ -83,6 +84,7 @@ __all__ = [
     "tensor_clamp",
     "tensor_clamp_",
     "tensor_clamp_ste",
+    "tensor_clamp_ste_",
     "ternary_quant",
     "ternary_sign_ste",
 ]

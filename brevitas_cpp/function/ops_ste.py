@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 import brevitas_cpp._load  # noqa: F401  (registers the ops)
+from brevitas_cpp.function.ops import tensor_clamp_
 
 
 def round_ste(x: Tensor) -> Tensor:
@@ -40,6 +41,17 @@ def tensor_clamp_ste(x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
 
     min_val and max_val broadcast to x's shape (without expanding it) and are cast to x's dtype."""
     return torch.ops.brevitas_cpp.tensor_clamp_ste(x, min_val, max_val)
+
+
+def tensor_clamp_ste_(x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
+    """Clamps x in place (its data is clipped for good, as in BinaryConnect) and returns the
+    clipped values with a straight-through gradient to x and none to the bounds.
+
+    The clip is a side effect outside autograd (like an optimizer step), so x may be a leaf
+    that requires grad, as in Brevitas."""
+    with torch.no_grad():
+        tensor_clamp_(x, min_val, max_val)
+    return tensor_clamp_ste(x, min_val, max_val)
 
 
 def scalar_clamp_ste(x: Tensor, min_val: float, max_val: float) -> Tensor:

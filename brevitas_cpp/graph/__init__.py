@@ -9,6 +9,7 @@ addresses, and ``QuantizerInsertion`` puts activation quantizers at any traced c
 package sits above nn, quant and proxy and nothing imports it.
 """
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.graph.calibrate import bias_correction_mode, calibrate, calibration_mode
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
@@ -56,3 +57,6 @@ __all__ = [
     "quantize_model",
     "trace",
 ]
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.core.scaling import ParameterFromRuntimeStatsScaling
 from brevitas_cpp.core.zero_point import ParameterFromRuntimeZeroPoint
 from brevitas_cpp.function.shape import accumulator_channel_dim
@@ -144,3 +145,7 @@ def bias_correction_mode(model: nn.Module) -> Iterator[nn.Module]:
         yield model
     for error in errors:
         error.correct()
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Tuple, Union
 
 from torch import nn
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.graph.config import load_config, resolve_quantizers
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.insertion import QuantizerInsertion
@@ -55,3 +56,7 @@ def quantize_model(
                 )
         insertion.apply()
     return model, quantizer.controller()
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

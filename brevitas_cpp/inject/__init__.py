@@ -1,6 +1,10 @@
 """Declarative quantizer assembly: the enums and ExtendedInjector. The solvers, which turn enum
 settings into core blocks, are in brevitas_cpp.quant.solver."""
 
+# dependencies' own names, which Brevitas's brevitas.inject re-exports too.
+from _dependencies.injector import injector_doc, let
+from _dependencies.this import This
+
 from brevitas_cpp.inject.enum import (
     BitWidthImplType,
     FloatToIntImplType,
@@ -28,6 +32,9 @@ __all__ = [
     "ExtendedInjector",
     "Injector",
     "MissingDependencyError",
+    "This",
+    "injector_doc",
+    "let",
     "this",
     "value",
     "BitWidthImplType",

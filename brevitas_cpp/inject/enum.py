@@ -69,7 +69,8 @@ class RestrictValueType(AutoName):
 
 class FloatToIntImplType(AutoName):
     """Rounding from float to integer (each a C++ op: round_ste, ceil_ste, ...; LEARNED_ROUND:
-    floor plus a learned per-element offset, LearnedRoundSte)."""
+    floor plus a learned per-element offset, LearnedRoundSte; STOCHASTIC_ROUND: up with
+    probability frac(x), StochasticRoundSte)."""
 
     ROUND = auto()
     CEIL = auto()
@@ -77,6 +78,7 @@ class FloatToIntImplType(AutoName):
     ROUND_TO_ZERO = auto()
     DPU = auto()
     LEARNED_ROUND = auto()
+    STOCHASTIC_ROUND = auto()
 
 
 class LearnedRoundImplType(AutoName):

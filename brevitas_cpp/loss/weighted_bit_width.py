@@ -13,12 +13,13 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from brevitas_cpp.core.bit_width import BitWidthParameter
-from brevitas_cpp.core.quant import RescalingIntQuant
 from brevitas_cpp.nn import QuantConv2d, QuantLinear
-from brevitas_cpp.proxy import ActQuantProxyFromInjector, WeightQuantProxyFromInjector
-from brevitas_cpp.proxy.runtime_quant import FusedActivationQuantProxy
 from brevitas_cpp.quant_tensor import QuantTensor
+from brevitas_cpp.utils.quant_utils import *  # noqa: F403  (re-exported, as in Brevitas)
+from brevitas_cpp.utils.quant_utils import (
+    has_learned_activation_bit_width,
+    has_learned_weight_bit_width,
+)
 
 __all__ = [
     "MEGA",
@@ -33,27 +34,6 @@ __all__ = [
 # Brevitas's constant, as written there: 10e6 is ten million, not one million. Kept, so that
 # the loss has Brevitas's magnitude.
 MEGA = 10e6
-
-
-def _learned_bit_width(tensor_quant: Any) -> bool:
-    return isinstance(tensor_quant, RescalingIntQuant) and isinstance(
-        tensor_quant.msb_clamp_bit_width_impl, BitWidthParameter
-    )
-
-
-def has_learned_weight_bit_width(module: nn.Module) -> bool:
-    """Whether ``module`` is a weight proxy whose integer quantizer learns its bit width."""
-    return isinstance(module, WeightQuantProxyFromInjector) and _learned_bit_width(
-        module.tensor_quant
-    )
-
-
-def has_learned_activation_bit_width(module: nn.Module) -> bool:
-    """Whether ``module`` is an activation proxy whose integer quantizer learns its bit width."""
-    if not isinstance(module, ActQuantProxyFromInjector):
-        return False
-    fused = module.fused_activation_quant_proxy
-    return isinstance(fused, FusedActivationQuantProxy) and _learned_bit_width(fused.tensor_quant)
 
 
 class BitWidthWeighted:

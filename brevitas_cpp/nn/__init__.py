@@ -1,6 +1,9 @@
 """Quantized layers (Brevitas's brevitas.nn): drop-in subclasses of the torch layers with
 weight, bias, input and output quantizers given as quantizer classes, shared proxies or None."""
 
+from brevitas_cpp._unsupported import unsupported_getattr
+
+from .hadamard_classifier import HadamardClassifier
 from .quant_activation import QuantHardTanh, QuantIdentity, QuantReLU, QuantSigmoid, QuantTanh
 from .quant_avg_pool import TruncAdaptiveAvgPool2d, TruncAvgPool2d
 from .quant_bn import BatchNorm1dToQuantScaleBias, BatchNorm2dToQuantScaleBias
@@ -18,6 +21,7 @@ from .quant_upsample import QuantUpsample, QuantUpsamplingBilinear2d, QuantUpsam
 __all__ = [
     "BatchNorm1dToQuantScaleBias",
     "BatchNorm2dToQuantScaleBias",
+    "HadamardClassifier",
     "QuantCat",
     "QuantConv1d",
     "QuantConv2d",
@@ -46,3 +50,6 @@ __all__ = [
     "TruncAdaptiveAvgPool2d",
     "TruncAvgPool2d",
 ]
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

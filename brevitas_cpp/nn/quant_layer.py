@@ -24,6 +24,7 @@ from brevitas_cpp.proxy.script import QuantTuple, quant_operand, script_error
 from brevitas_cpp.quant_tensor import QuantTensor
 
 from .mixin import (
+    AccQuantType,
     ActQuantType,
     BiasQuantType,
     QuantBiasMixin,
@@ -38,6 +39,7 @@ from .mixin.base import mark_internal_kwargs
 from .utils import merge_bn, rename_state_dict_by_prefix
 
 __all__ = [
+    "AccQuantType",  # Brevitas's module star-imports the mixins
     "ActQuantType",
     "BiasQuantType",
     "WeightQuantType",

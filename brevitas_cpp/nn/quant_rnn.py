@@ -52,7 +52,32 @@ from ._rnn_gates import GateParams, GateWeight
 from ._rnn_layers import _LSTM_GATES, _QuantLSTMLayer, _QuantRNNLayer
 from ._rnn_stack import QuantRecurrentStackBase, _add_bias, _cat_if_many
 
-__all__ = ["GateWeight", "GateParams", "QuantRNN", "QuantLSTM"]
+__all__ = [
+    "GateParams",
+    "GateWeight",
+    "QuantLSTM",
+    "QuantRNN",
+    "QuantTupleLongDisabled",
+    "QuantTupleLongEnabled",
+    "QuantTupleShortDisabled",
+    "QuantTupleShortEnabled",
+]
+
+# Brevitas's types of the per-step quantized outputs a layer collects (short: value, scale,
+# zero point, bit width; long: two more), with quantization enabled or disabled.
+QuantTupleShortEnabled = List[Tuple[Tensor, Tensor, Tensor, Tensor]]
+QuantTupleShortDisabled = List[Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]]
+QuantTupleLongEnabled = List[Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]]
+QuantTupleLongDisabled = List[
+    Tuple[
+        Tensor,
+        Optional[Tensor],
+        Optional[Tensor],
+        Optional[Tensor],
+        Optional[Tensor],
+        Optional[Tensor],
+    ]
+]
 
 
 class QuantRNN(QuantRecurrentStackBase):

@@ -3,6 +3,7 @@
 ``trunc_quant``. A proxy builds its quantizer from an injector and the layer(s) it serves and
 returns QuantTensors."""
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.proxy.decoupled_parameter_quant import (
     DecoupledWeightQuantProxyFromInjector,
     DecoupledWeightQuantWithInputProxyFromInjector,
@@ -73,3 +74,6 @@ __all__ = [
     "WeightQuantProxyFromInjectorBase",
     "WeightQuantProxyProtocol",
 ]
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -9,6 +9,7 @@ from typing import Any, Optional, Tuple
 
 from torch import Tensor, nn
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.core.function_wrapper import Identity
 from brevitas_cpp.proxy.float_format import MinifloatFormatQueries, minifloat_bit_width
 from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjectorBase
@@ -94,3 +95,7 @@ class WeightFloatQuantProxyFromInjector(WeightFloatQuantProxyFromInjectorBase):
 
     def create_quant_tensor(self, qt_args: Tuple[Any, ...]) -> FloatQuantTensor:
         return FloatQuantTensor(*qt_args, self.is_signed, self.training)
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -8,6 +8,7 @@ from typing import Any, Optional, Protocol, Tuple, Union, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp import jit
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.hooks import global_module_hooks, module_hooks
@@ -388,3 +389,7 @@ class TruncQuantProxyFromInjector(RetrievedMetadata, QuantProxyFromInjector, Acc
         old_key = ".".join(prefix.split(".")[:-2]) + ".accumulator_quant.zero_hw_sentinel"
         if old_key in unexpected_keys:
             unexpected_keys.remove(old_key)
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

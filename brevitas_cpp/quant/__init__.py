@@ -2,6 +2,7 @@
 e.g. ``weight_quant=Int8WeightPerChannelFloat``. Compose new ones by inheritance or ``.let()``.
 Besides Brevitas's names, ``int8_ema`` holds seed 003's max-abs / EMA-threshold quantizers."""
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.quant import (
     binary,
     fixed_point,
@@ -28,3 +29,6 @@ __all__ = (
     + shifted_scaled_int.__all__
     + ternary.__all__
 )
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -1,6 +1,7 @@
 """Quantizers that leave tensors in floating point (quant_type FP); layers use them when a
 quantizer argument is None (Brevitas's brevitas.quant.none)."""
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.inject.enum import QuantType
 from brevitas_cpp.quant.solver.act import ActQuantSolver
 from brevitas_cpp.quant.solver.bias import BiasQuantSolver
@@ -33,3 +34,7 @@ class NoneTruncQuant(TruncQuantSolver):
     """No truncation (trunc_quant=None)."""
 
     quant_type = QuantType.FP
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

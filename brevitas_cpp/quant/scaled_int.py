@@ -2,6 +2,7 @@
 brevitas.quant.scaled_int). Derive from one to change a setting, e.g.
 ``class Int4WeightPerChannelFloat(Int8WeightPerChannelFloat): bit_width = 4``."""
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.quant.base import (
     AccumulatorAwareWeightQuant,
@@ -255,3 +256,7 @@ class Int8WeightPerTensorFloatHQO(HQOSymmetricScale, Int8WeightPerTensorFloat):
 class Int8WeightPerChannelFloatHQO(HQOSymmetricScale, Int8WeightPerChannelFloat):
     """Int8WeightPerChannelFloat with learned scales initialised by HQO from max|w| per
     channel."""
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -8,6 +8,9 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     TOLERANCE,
     FloatMixin,
     FloatQuantTensorBase,
+    GroupwiseFloatQuantTensorBase,
+    GroupwiseIntQuantTensorBase,
+    GroupwisIntQuantTensorBase,
     IntMixin,
     IntQuantTensorBase,
     QuantTensor,
@@ -22,6 +25,9 @@ from brevitas_cpp.quant_tensor.groupwise_quant_tensor import (
 from brevitas_cpp.quant_tensor.int_quant_tensor import IntQuantTensor
 
 __all__ = [
+    "GroupwisIntQuantTensorBase",
+    "GroupwiseFloatQuantTensorBase",
+    "GroupwiseIntQuantTensorBase",
     "FloatMixin",
     "FloatQuantTensor",
     "FloatQuantTensorBase",

@@ -18,6 +18,9 @@ from brevitas_cpp.utils.torch_utils import float_internal_scale
 __all__ = [
     "FloatMixin",
     "FloatQuantTensorBase",
+    "GroupwisIntQuantTensorBase",
+    "GroupwiseFloatQuantTensorBase",
+    "GroupwiseIntQuantTensorBase",
     "IntMixin",
     "IntQuantTensorBase",
     "QuantTensor",
@@ -157,6 +160,43 @@ class FloatQuantTensorBase(NamedTuple):
     nan_values: Optional[Sequence[str]]
     signed_t: Tensor
     training_t: Tensor
+
+
+class GroupwiseIntQuantTensorBase(NamedTuple):
+    """The fields of a groupwise integer QuantTensor, in Brevitas's order."""
+
+    value_: Tensor
+    scale_: Tensor
+    zero_point_: Tensor
+    group_size: int
+    group_dim: int
+    bit_width: Tensor
+    signed_t: Tensor
+    training_t: Tensor
+    dequant_shape: Optional[Tuple[int, ...]] = None
+
+
+class GroupwiseFloatQuantTensorBase(NamedTuple):
+    """The fields of a groupwise minifloat QuantTensor, in Brevitas's order."""
+
+    value_: Tensor
+    scale_: Tensor
+    zero_point_: Tensor
+    group_size: int
+    group_dim: int
+    exponent_bit_width: Tensor
+    mantissa_bit_width: Tensor
+    exponent_bias: Tensor
+    saturating_t: Tensor
+    inf_values: Optional[Sequence[str]]
+    nan_values: Optional[Sequence[str]]
+    signed_t: Tensor
+    training_t: Tensor
+    dequant_shape: Optional[Tuple[int, ...]] = None
+
+
+# Brevitas's name (sic).
+GroupwisIntQuantTensorBase = GroupwiseIntQuantTensorBase
 
 
 def _describe(t: Tensor) -> str:

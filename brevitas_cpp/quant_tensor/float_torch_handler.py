@@ -8,17 +8,16 @@ only select values of one grid, so they keep the metadata.
 `FLOAT_QUANT_TENSOR_FN_HANDLER` maps the torch function to its handler; a FloatQuantTensor's
 `__torch_function__` looks functions up here before the shared QUANT_TENSOR_FN_HANDLER."""
 
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from brevitas_cpp.quant_tensor.base_quant_tensor import FloatQuantTensorBase, _unpack_quant_tensor
+from brevitas_cpp.quant_tensor.torch_handler import FLOAT_QUANT_TENSOR_FN_HANDLER
 
 __all__ = ["FLOAT_QUANT_TENSOR_FN_HANDLER", "implements_float_qt", "quant_layer"]
-
-FLOAT_QUANT_TENSOR_FN_HANDLER: Dict[Callable, Callable] = {}
 
 
 def implements_float_qt(torch_function: Callable) -> Callable[[Callable], Callable]:
@@ -70,6 +69,13 @@ for _layer in (
 ):
     _register_layer(_layer)
 del _layer
+linear_handler = FLOAT_QUANT_TENSOR_FN_HANDLER[F.linear]  # Brevitas's names
+conv1d_handler = FLOAT_QUANT_TENSOR_FN_HANDLER[F.conv1d]
+conv2d_handler = FLOAT_QUANT_TENSOR_FN_HANDLER[F.conv2d]
+conv3d_handler = FLOAT_QUANT_TENSOR_FN_HANDLER[F.conv3d]
+conv_transpose1d_handler = FLOAT_QUANT_TENSOR_FN_HANDLER[F.conv_transpose1d]
+conv_transpose2d_handler = FLOAT_QUANT_TENSOR_FN_HANDLER[F.conv_transpose2d]
+conv_transpose3d_handler = FLOAT_QUANT_TENSOR_FN_HANDLER[F.conv_transpose3d]
 
 
 @implements_float_qt(F.embedding)

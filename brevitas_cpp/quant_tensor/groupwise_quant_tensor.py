@@ -12,7 +12,7 @@ No output grid is derived for groupwise operands: arithmetic, shape methods and 
 run on the dequantized values and return plain tensors (a per-group scale does not survive a
 matmul or a transpose as a per-group scale)."""
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -20,6 +20,8 @@ from torch import Tensor
 from brevitas_cpp.function.shape import group_view, ungroup
 from brevitas_cpp.quant_tensor.base_quant_tensor import (
     FloatMixin,
+    GroupwiseFloatQuantTensorBase,
+    GroupwiseIntQuantTensorBase,
     IntMixin,
     QuantTensor,
     _unpack_quant_tensor,
@@ -39,39 +41,6 @@ __all__ = [
     "GroupwiseQuantTensor",
     "regroup_like",
 ]
-
-
-class GroupwiseIntQuantTensorBase(NamedTuple):
-    """The fields of a groupwise integer QuantTensor, in Brevitas's order."""
-
-    value_: Tensor
-    scale_: Tensor
-    zero_point_: Tensor
-    group_size: int
-    group_dim: int
-    bit_width: Tensor
-    signed_t: Tensor
-    training_t: Tensor
-    dequant_shape: Optional[Tuple[int, ...]] = None
-
-
-class GroupwiseFloatQuantTensorBase(NamedTuple):
-    """The fields of a groupwise minifloat QuantTensor, in Brevitas's order."""
-
-    value_: Tensor
-    scale_: Tensor
-    zero_point_: Tensor
-    group_size: int
-    group_dim: int
-    exponent_bit_width: Tensor
-    mantissa_bit_width: Tensor
-    exponent_bias: Tensor
-    saturating_t: Tensor
-    inf_values: Optional[Sequence[str]]
-    nan_values: Optional[Sequence[str]]
-    signed_t: Tensor
-    training_t: Tensor
-    dequant_shape: Optional[Tuple[int, ...]] = None
 
 
 def _checked_group(cls: type, value_: Any, group_size: Any, group_dim: Any) -> Tuple[int, int]:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.function import ceil_ste, max_int
 from brevitas_cpp.function.shape import (
     accumulator_channel_dim,
@@ -27,6 +28,7 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import (
     QuantTensor,
     _unpack_quant_tensor,
 )
+from brevitas_cpp.quant_tensor.torch_handler import INT_QUANT_TENSOR_FN_HANDLER
 
 __all__ = [
     "FN_ACC_BITWIDTH_MAPPING",
@@ -39,8 +41,6 @@ __all__ = [
     "quant_layer",
     "quant_output_scale_impl",
 ]
-
-INT_QUANT_TENSOR_FN_HANDLER: Dict[Callable, Callable] = {}
 
 
 def implements_int_qt(torch_function: Callable) -> Callable[[Callable], Callable]:
@@ -262,6 +262,9 @@ def _register_conv(fn: Callable) -> None:
 for _conv in (F.conv1d, F.conv2d, F.conv3d):
     _register_conv(_conv)
 del _conv
+conv1d_handler = INT_QUANT_TENSOR_FN_HANDLER[F.conv1d]  # Brevitas's names
+conv2d_handler = INT_QUANT_TENSOR_FN_HANDLER[F.conv2d]
+conv3d_handler = INT_QUANT_TENSOR_FN_HANDLER[F.conv3d]
 
 
 def _register_conv_transpose(fn: Callable) -> None:
@@ -295,6 +298,9 @@ def _register_conv_transpose(fn: Callable) -> None:
 for _conv in (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d):
     _register_conv_transpose(_conv)
 del _conv
+conv_transpose1d_handler = INT_QUANT_TENSOR_FN_HANDLER[F.conv_transpose1d]
+conv_transpose2d_handler = INT_QUANT_TENSOR_FN_HANDLER[F.conv_transpose2d]
+conv_transpose3d_handler = INT_QUANT_TENSOR_FN_HANDLER[F.conv_transpose3d]
 
 
 @implements_int_qt(F.embedding)
@@ -375,3 +381,7 @@ def adaptive_avg_pool2d_handler(input: Any, output_size: Any) -> Any:  # noqa: A
     pooled = F.adaptive_avg_pool2d(value, output_size)
     kernel_sizes, _ = compute_adaptive_kernel_size_stride(value.shape[-2:], pooled.shape[-2:])
     return _sum_pooled(input, pooled, reduce(mul, kernel_sizes, 1))
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

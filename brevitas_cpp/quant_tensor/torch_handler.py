@@ -17,6 +17,10 @@ from brevitas_cpp.quant_tensor.base_quant_tensor import _unpack_quant_tensor
 __all__ = ["QUANT_TENSOR_FN_HANDLER", "implements", "quant_invariant_handler"]
 
 QUANT_TENSOR_FN_HANDLER: Dict[Callable, Callable] = {}
+# Each QuantTensor type's own handlers, filled by int_torch_handler and float_torch_handler
+# (defined here, as in Brevitas).
+INT_QUANT_TENSOR_FN_HANDLER: Dict[Callable, Callable] = {}
+FLOAT_QUANT_TENSOR_FN_HANDLER: Dict[Callable, Callable] = {}
 
 
 def handle_torch_function(
@@ -94,6 +98,24 @@ for _fn in (
 ):
     _register_invariant(_fn)
 del _fn
+
+# Brevitas's names of these handlers (max_pool1d without the suffix, as there).
+pad_handler = QUANT_TENSOR_FN_HANDLER[F.pad]
+relu_qt_handler = QUANT_TENSOR_FN_HANDLER[F.relu]
+relu6_qt_handler = QUANT_TENSOR_FN_HANDLER[F.relu6]
+hardtanh_qt_handler = QUANT_TENSOR_FN_HANDLER[F.hardtanh]
+alpha_dropout_handler = QUANT_TENSOR_FN_HANDLER[F.alpha_dropout]
+dropout_handler = QUANT_TENSOR_FN_HANDLER[F.dropout]
+dropout2d_handler = QUANT_TENSOR_FN_HANDLER[F.dropout2d]
+dropout3d_handler = QUANT_TENSOR_FN_HANDLER[F.dropout3d]
+max_pool1d = QUANT_TENSOR_FN_HANDLER[F.max_pool1d]
+max_pool2d_handler = QUANT_TENSOR_FN_HANDLER[F.max_pool2d]
+max_pool3d_handler = QUANT_TENSOR_FN_HANDLER[F.max_pool3d]
+adaptive_max_pool1d_handler = QUANT_TENSOR_FN_HANDLER[F.adaptive_max_pool1d]
+adaptive_max_pool2d_handler = QUANT_TENSOR_FN_HANDLER[F.adaptive_max_pool2d]
+adaptive_max_pool3d_handler = QUANT_TENSOR_FN_HANDLER[F.adaptive_max_pool3d]
+pixel_shuffle_handler = QUANT_TENSOR_FN_HANDLER[F.pixel_shuffle]
+pixel_unshuffle_handler = QUANT_TENSOR_FN_HANDLER[F.pixel_unshuffle]
 
 
 @implements(F.interpolate)

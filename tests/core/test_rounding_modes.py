@@ -37,8 +37,9 @@ def _op_modes():
 
 def test_table_has_exactly_the_modes_of_the_op():
     assert set(ROUNDING_MODE_OF_IMPL.values()) == _op_modes()
-    # Every rounding enum but LEARNED_ROUND (a block with a learned offset, LearnedRoundSte).
-    rounding = {m.name.lower() for m in FloatToIntImplType} - {"learned_round"}
+    # Every rounding enum but LEARNED_ROUND (a block with a learned offset, LearnedRoundSte) and
+    # STOCHASTIC_ROUND (a block with a random generator, StochasticRoundSte).
+    rounding = {m.name.lower() for m in FloatToIntImplType} - {"learned_round", "stochastic_round"}
     assert rounding == _op_modes()
 
 

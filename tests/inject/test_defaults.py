@@ -38,7 +38,7 @@ def test_brevitas_names_map_to_brevitas_cpp_quantizers():
     assert AVAILABLE <= set(BREVITAS_NAMES)
     for name, module in BREVITAS_NAMES.items():
         ours = base if module == "brevitas.quant.base" else scaled_int
-        if name in AVAILABLE or hasattr(ours, name):
+        if name in AVAILABLE or name in vars(ours):  # not the stubs of unsupported names
             assert getattr(defaults, name) is getattr(ours, name), name
 
 

@@ -9,7 +9,15 @@ EXPECTED = {
     "BitWidthImplType": ["CONST", "PARAMETER", "STATEFUL_CONST"],
     "QuantType": ["BINARY", "TERNARY", "INT", "FP"],
     "RestrictValueType": ["FP", "LOG_FP", "INT", "POWER_OF_TWO"],
-    "FloatToIntImplType": ["ROUND", "CEIL", "FLOOR", "ROUND_TO_ZERO", "DPU", "LEARNED_ROUND"],
+    "FloatToIntImplType": [
+        "ROUND",
+        "CEIL",
+        "FLOOR",
+        "ROUND_TO_ZERO",
+        "DPU",
+        "LEARNED_ROUND",
+        "STOCHASTIC_ROUND",  # Brevitas 0.12.1's inject/enum.py
+    ],
     "LearnedRoundImplType": ["HARD_SIGMOID", "SIGMOID", "IDENTITY"],
     "ScalingImplType": [
         "HE",
@@ -75,7 +83,8 @@ def test_unknown_string_lists_accepted_names():
 
 def test_rounding_enum_names_are_the_op_rounding_modes():
     # FloatToIntImplType values lower-cased are the rounding_mode names int_quant accepts (all
-    # but LEARNED_ROUND, a block with learned state: LearnedRoundSte).
+    # but LEARNED_ROUND, a block with learned state: LearnedRoundSte, and STOCHASTIC_ROUND, a
+    # block with a random generator: StochasticRoundSte).
     import torch
 
     import brevitas_cpp  # noqa: F401
@@ -90,7 +99,7 @@ def test_rounding_enum_names_are_the_op_rounding_modes():
         "DPU": [-1.0, -0.0, 0.0, 2.0],
     }
     for member in E.FloatToIntImplType:
-        if member == E.FloatToIntImplType.LEARNED_ROUND:
+        if member in (E.FloatToIntImplType.LEARNED_ROUND, E.FloatToIntImplType.STOCHASTIC_ROUND):
             continue
         y = torch.ops.brevitas_cpp.int_quant(
             x, one, zero, bits, True, False, str(member).lower(), False

@@ -31,6 +31,7 @@ from brevitas_cpp.core.function_wrapper.shape import (
     PermuteDims,
     StatsInputViewShapeImpl,
 )
+from brevitas_cpp.core.function_wrapper.stochastic_round import StochasticRoundSte
 
 __all__ = [
     "Abs",
@@ -63,6 +64,7 @@ __all__ = [
     "ScalarClampMinSte",
     "ScalarSignedClampMinSte",
     "StatsInputViewShapeImpl",
+    "StochasticRoundSte",
     "TensorClamp",
     "TensorClampSte",
 ]

@@ -14,7 +14,7 @@ floor and round have straight-through gradients, so x receives the upstream grad
 and ``value`` receives it through h. ``IntQuant`` runs such a block through its step-by-step
 composition (the fused op only knows fixed rounding modes)."""
 
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -22,6 +22,7 @@ from torch.nn import Module, Parameter
 
 from brevitas_cpp import config, jit
 from brevitas_cpp.core.function_wrapper.ops_ste import TensorClampSte
+from brevitas_cpp.core.utils import SliceTensor
 from brevitas_cpp.function.ops_ste import floor_ste, round_ste
 
 __all__ = [
@@ -95,23 +96,6 @@ class LearnedRoundIdentity(jit.ScriptModule):
     @jit.script_method
     def round_forward(self, x: Tensor, p: Tensor) -> Tensor:
         return round_ste(x + p)
-
-
-class SliceTensor(jit.ScriptModule):
-    """Selects the slice of a per-element tensor that matches a weight quantized piecewise:
-    ``subtensor_slice_list`` has a (start, stop) or None per leading dimension, set by
-    ``quant_weight(subtensor_slice_list=...)`` for the length of one call."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.subtensor_slice_list = jit.Attribute([None], List[Optional[Tuple[int, int]]])
-
-    @jit.script_method
-    def forward(self, x: Tensor) -> Tensor:
-        for dim, bounds in enumerate(self.subtensor_slice_list):
-            if bounds is not None:
-                x = torch.ops.aten.slice(x, dim, bounds[0], bounds[1])
-        return x
 
 
 class LearnedRoundSte(jit.ScriptModule):

@@ -2,11 +2,10 @@
 
 from typing import Dict
 
-import torch
 from torch import Tensor
 
 from brevitas_cpp import jit
-from brevitas_cpp.function.ops import tensor_clamp_
+from brevitas_cpp.function import ops_ste as _ops_ste
 from brevitas_cpp.function.ops_ste import (
     ceil_ste,
     dpu_round_ste,
@@ -16,7 +15,14 @@ from brevitas_cpp.function.ops_ste import (
     scalar_clamp_min_ste,
     scalar_signed_clamp_min_ste,
     tensor_clamp_ste,
+    tensor_clamp_ste_,
 )
+
+# Brevitas's module star-imports brevitas.function.ops_ste: its other functions are here too.
+abs_binary_sign_grad = _ops_ste.abs_binary_sign_grad
+binary_sign_ste = _ops_ste.binary_sign_ste
+scalar_clamp_ste = _ops_ste.scalar_clamp_ste
+ternary_sign_ste = _ops_ste.ternary_sign_ste
 
 
 class RoundSte(jit.ScriptModule):
@@ -140,8 +146,4 @@ class InplaceTensorClampSte(jit.ScriptModule):
 
     @jit.script_method
     def forward(self, x: Tensor, min_val: Tensor, max_val: Tensor) -> Tensor:
-        # The clip is a side effect on x's data, outside autograd (like an optimizer step);
-        # the differentiable result is the STE clamp of the already clipped values.
-        with torch.no_grad():
-            tensor_clamp_(x, min_val, max_val)
-        return tensor_clamp_ste(x, min_val, max_val)
+        return tensor_clamp_ste_(x, min_val, max_val)

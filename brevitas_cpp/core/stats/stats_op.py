@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from brevitas_cpp import jit
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.core.utils import StatelessBuffer
 
@@ -569,3 +570,7 @@ class L2Norm(_PerChannelNorm):
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
         return x.norm(p=2, dim=self.stats_reduce_dim, keepdim=True)
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

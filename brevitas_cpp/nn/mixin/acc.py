@@ -3,6 +3,7 @@ as TruncAvgPool2d does). Its keywords carry no prefix."""
 
 from typing import Optional, Type, Union
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.inject import ExtendedInjector, Injector
 from brevitas_cpp.proxy.runtime_quant import AccQuantProxyProtocol
 from brevitas_cpp.quant import NoneTruncQuant
@@ -31,3 +32,7 @@ class TruncMixin(QuantProxyMixin):
     @property
     def is_trunc_quant_enabled(self) -> bool:
         return self.trunc_quant.is_quant_enabled
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -23,6 +23,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Set, Union
 import torch
 from torch import Tensor, nn
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.inject import ExtendedInjector, Injector
 from brevitas_cpp.proxy.script import QuantTuple, ScriptableQuantModule, script_error
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
@@ -265,3 +266,7 @@ class QuantLayerMixin(ScriptableQuantModule):
                 f"input to a layer whose weights are quantized"
             )
         return quant_output
+
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

@@ -7,6 +7,7 @@ A ready-made quantizer lists its setting mixins first and one solver last, e.g.
 attribute declared by an earlier base or by the quantizer itself overrides the solver's choice.
 """
 
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.quant.solver.act import ActQuantSolver
 from brevitas_cpp.quant.solver.bias import BiasQuantSolver
 from brevitas_cpp.quant.solver.common import QuantizerSolveError
@@ -20,3 +21,6 @@ __all__ = [
     "TruncQuantSolver",
     "WeightQuantSolver",
 ]
+
+# Brevitas names brevitas_cpp does not support raise on use (brevitas_cpp._unsupported).
+__getattr__ = unsupported_getattr(__name__)

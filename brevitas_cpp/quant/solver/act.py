@@ -24,6 +24,7 @@ from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveAffineRescalingFromEnum,
     SolveBitWidthImplFromEnum,
+    SolveDtypeDeviceFromTrackedParameterList,
     SolveIntQuantFromEnum,
     SolveIntScalingImplFromEnum,
     SolveRestrictScalingImplFromEnum,
@@ -33,6 +34,9 @@ from brevitas_cpp.quant.solver.common import (
     SolveStatsReduceDimFromEnum,
     SolveTensorQuantFloatToIntImplFromEnum,
     quantizer_name,
+    solve_bit_width_impl_from_enum,
+    solve_float_to_int_impl_from_enum,
+    solve_restrict_value_impl_from_enum,
     solve_scaled_tensor_quant,
     to_enum,
     unsupported,
@@ -51,6 +55,11 @@ __all__ = [
     "SolveInputViewImpl",
     "SolveActGroupDimFromModule",
     "ActQuantSolver",
+    # common's, which Brevitas's act.py star-imports
+    "SolveDtypeDeviceFromTrackedParameterList",
+    "solve_bit_width_impl_from_enum",
+    "solve_float_to_int_impl_from_enum",
+    "solve_restrict_value_impl_from_enum",
 ]
 
 

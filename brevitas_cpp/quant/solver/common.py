@@ -15,7 +15,11 @@ import torch
 from torch import Tensor
 
 from brevitas_cpp.core.bit_width import BitWidthConst, BitWidthParameter, BitWidthStatefulConst
-from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL, StatsInputViewShapeImpl
+from brevitas_cpp.core.function_wrapper import (
+    ROUNDING_MODE_OF_IMPL,
+    StatsInputViewShapeImpl,
+    StochasticRoundSte,
+)
 from brevitas_cpp.core.function_wrapper.learned_round import (
     LearnedRoundHardSigmoid,
     LearnedRoundIdentity,
@@ -174,6 +178,7 @@ _IMPL_OF_FLOAT_TO_INT_TYPE = {
     FloatToIntImplType[mode.upper()]: impl for impl, mode in ROUNDING_MODE_OF_IMPL.items()
 }
 _IMPL_OF_FLOAT_TO_INT_TYPE[FloatToIntImplType.LEARNED_ROUND] = LearnedRoundSte
+_IMPL_OF_FLOAT_TO_INT_TYPE[FloatToIntImplType.STOCHASTIC_ROUND] = StochasticRoundSte
 _IMPL_OF_LEARNED_ROUND_TYPE = {
     LearnedRoundImplType.HARD_SIGMOID: LearnedRoundHardSigmoid,
     LearnedRoundImplType.SIGMOID: LearnedRoundSigmoid,

@@ -7,20 +7,30 @@ from brevitas_cpp.inject.enum import QuantType, RestrictValueType, TruncScalingI
 from brevitas_cpp.inject.injector import ExtendedInjector, value
 from brevitas_cpp.proxy.runtime_quant import TruncQuantProxyFromInjector
 from brevitas_cpp.quant.solver.act import (
+    ActQuantSolver,
+    MinMaxScalingInit,
     SolveActScalingImplFromEnum,
     SolveActScalingInitFromEnum,
     SolveActScalingPerOutputChannelShape,
     SolveActScalingShape,
+    SolveActTensorQuantFromEnum,
     SolveUpdateStateDictImplFromEnum,
 )
 from brevitas_cpp.quant.solver.common import (
+    SolveAffineRescalingFromEnum,
     SolveBitWidthImplFromEnum,
+    SolveDtypeDeviceFromTrackedParameterList,
+    SolveIntQuantFromEnum,
     SolveIntScalingImplFromEnum,
     SolveRestrictScalingImplFromEnum,
+    SolveScaleSignedness,
     SolveScalingStatsInputViewShapeImplFromEnum,
     SolveScalingStatsOpFromEnum,
     SolveStatsReduceDimFromEnum,
     SolveTensorQuantFloatToIntImplFromEnum,
+    solve_bit_width_impl_from_enum,
+    solve_float_to_int_impl_from_enum,
+    solve_restrict_value_impl_from_enum,
     to_enum,
     unsupported,
 )
@@ -31,6 +41,17 @@ __all__ = [
     "SolveTruncScalingImplFromEnum",
     "SolveTruncIntScalingImplFromEnum",
     "TruncQuantSolver",
+    # act's and common's, which Brevitas's trunc.py star-imports
+    "ActQuantSolver",
+    "MinMaxScalingInit",
+    "SolveActTensorQuantFromEnum",
+    "SolveAffineRescalingFromEnum",
+    "SolveDtypeDeviceFromTrackedParameterList",
+    "SolveIntQuantFromEnum",
+    "SolveScaleSignedness",
+    "solve_bit_width_impl_from_enum",
+    "solve_float_to_int_impl_from_enum",
+    "solve_restrict_value_impl_from_enum",
 ]
 
 

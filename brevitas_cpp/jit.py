@@ -2,6 +2,7 @@
 ``torch.jit.ScriptModule``s with compiled methods; otherwise the same classes are plain
 ``nn.Module``s and the decorators do nothing."""
 
+import pickle
 from typing import Any, Callable, TypeVar
 
 import torch
@@ -24,7 +25,9 @@ if JIT_ENABLED:
     class ScriptModule(torch.jit.ScriptModule):
         """torch.jit.ScriptModule, refusing copy.deepcopy: torch copies an old-style script
         module into a bare RecursiveScriptModule whose parameters are non-leaf clones (they
-        would never learn) and which has lost its Python state_dict hooks."""
+        would never learn) and which has lost its Python state_dict hooks. Pickling (torch.save
+        of a whole model) is refused too, with what to do instead: the compiled module has no
+        state pickle can save."""
 
         def __deepcopy__(self, memo):
             raise TypeError(
@@ -32,6 +35,14 @@ if JIT_ENABLED:
                 "torch would return a TorchScript copy whose learned parameters no longer "
                 "receive gradients. Build a new model and load_state_dict() into it, or run "
                 "with BREVITAS_JIT=0."
+            )
+
+        def __reduce_ex__(self, protocol):
+            raise pickle.PicklingError(
+                f"pickling {type(self).__name__} (torch.save of a whole model) is not supported "
+                "with BREVITAS_JIT=1: its blocks are compiled TorchScript modules. Save "
+                "model.state_dict() and load_state_dict() it into a new model, save "
+                "torch.jit.script(model), or run with BREVITAS_JIT=0."
             )
 
     script_method = torch.jit.script_method

@@ -8,7 +8,9 @@ which is then instantiated, or a ``this.<name>`` reference, which is then follow
 how solvers choose a core block from enum settings at injection time.
 """
 
+import copyreg
 import inspect
+import sys
 import threading
 from typing import Any, Dict, List, Set
 
@@ -131,6 +133,8 @@ class _ExtendedInjectorType(_InjectorType):
             namespace["__func__"] = None  # torch.jit tracing probes this
             return type.__new__(mcs, class_name, bases, namespace)
         _check_inheritance(bases, (Injector, ExtendedInjector))
+        # What the class was made from, so that pickle can make it again (_reduce_injector).
+        given = dict(namespace)
         ns = {}
         for attr in ("__module__", "__doc__", "__weakref__", "__qualname__"):
             if attr in namespace:
@@ -146,6 +150,7 @@ class _ExtendedInjectorType(_InjectorType):
         _check_loops(class_name, dependencies)
         _check_circles(dependencies)
         ns["__dependencies__"] = dependencies
+        ns["__injector_namespace__"] = given
         return type.__new__(mcs, class_name, bases, ns)
 
     # Debuggers call len() on whatever they inspect.
@@ -164,6 +169,28 @@ class _ExtendedInjectorType(_InjectorType):
         return _Resolution(cls).get(attrname)
 
 
+def _importable(cls: type) -> bool:
+    """Whether pickle finds cls itself under its module and qualified name."""
+    found: Any = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is cls
+
+
+def _rebuild_injector(name: str, bases: tuple, namespace: Dict[str, Any]) -> type:
+    """A quantizer class made again from what made it (its bases and attributes)."""
+    return type(name, bases, dict(namespace))
+
+
+def _reduce_injector(cls: type):
+    """How pickle saves a quantizer class: by name when importable, as any class; else (the
+    classes .let() makes, e.g. every proxy's quant_injector) as its bases and attributes, so
+    that torch.save of a whole model works."""
+    if _importable(cls) or "__injector_namespace__" not in cls.__dict__:
+        return cls.__qualname__
+    return _rebuild_injector, (cls.__name__, cls.__bases__, cls.__injector_namespace__)
+
+
 def _no_instances(self, *args, **kwargs):
     raise DependencyError("Do not instantiate an injector: read its attributes instead")
 
@@ -178,6 +205,8 @@ ExtendedInjector = _ExtendedInjectorType(
     },
 )
 BaseInjector = ExtendedInjector  # Brevitas's older name
+# Consulted before pickle's own rule for classes (by name), which fails for made classes.
+copyreg.pickle(_ExtendedInjectorType, _reduce_injector)
 
 __all__ = [
     "BaseInjector",

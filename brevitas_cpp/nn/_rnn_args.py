@@ -2,6 +2,7 @@
 prefix, building an activation proxy as Brevitas does, and the up-front checks whose errors name
 the layer and the argument."""
 
+import inspect
 from typing import Any, Dict, Tuple
 
 from torch import nn
@@ -22,6 +23,33 @@ def _split_kwargs(
             )
         routed[match][name] = value
     return routed
+
+
+# What the stack passes each layer itself; a user keyword of that name is a quantizer keyword.
+_STACK_SUPPLIED = frozenset(
+    {
+        "input_size",
+        "hidden_size",
+        "reverse_input",
+        "quantize_output_only",
+        "shared_input_hidden_weights",
+        "dtype",
+        "device",
+        "return_quant_tensor",
+        "io_quant",
+        "routed",
+    }
+)
+
+
+def _layer_arguments(
+    layer_impl: type, kwargs: Dict[str, Any]
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """kwargs split into the arguments layer_impl's constructor names (batch_first, bias,
+    weight_quant, ...) and the rest, the prefixed quantizer keywords."""
+    named = set(inspect.signature(layer_impl.__init__).parameters) - _STACK_SUPPLIED
+    layer = {k: v for k, v in kwargs.items() if k in named}
+    return layer, {k: v for k, v in kwargs.items() if k not in named}
 
 
 def _act_proxy(

@@ -3,7 +3,7 @@ GateParams): a gate's input-to-hidden and hidden-to-hidden weights, which share 
 quantizer, and its bias with its bias quantizer. Their attribute names are Brevitas's state_dict
 keys (``gate_params.input_weight.weight``, ``..._gate_params.bias_quant...``)."""
 
-from typing import Any, Dict, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from brevitas_cpp.quant_tensor import QuantTensor
 
 from .mixin import QuantBiasMixin, QuantWeightMixin
+from .mixin.base import mark_internal_kwargs
 
 __all__ = ["GateParams", "GateWeight"]
 
@@ -66,7 +67,6 @@ class GateParams(QuantBiasMixin, nn.Module):
         input_weight: Optional[GateWeight],
         dtype: Optional[torch.dtype],
         device: Any,
-        weight_kwargs: Dict[str, Any],
         **kwargs: Any,
     ) -> None:
         nn.Module.__init__(self)
@@ -75,6 +75,10 @@ class GateParams(QuantBiasMixin, nn.Module):
             setattr(self.bias, _GATE_TENSOR, True)
         else:
             self.bias = None
+        # As in Brevitas, kwargs holds the weight_* and bias_* keywords: the weight's go on to
+        # the input weight's quantizer, which judges them (or to nothing, with a shared weight).
+        weight_kwargs = {k: v for k, v in kwargs.items() if k.startswith("weight_")}
+        mark_internal_kwargs(self, *weight_kwargs)
         QuantBiasMixin.__init__(self, bias_quant, **kwargs)
         if input_weight is None:
             input_weight = GateWeight(

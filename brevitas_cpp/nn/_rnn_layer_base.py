@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from brevitas_cpp import config
+from brevitas_cpp.proxy.empty_batch import linked_to_parameters, statistics_paused
 from brevitas_cpp.quant_tensor import IntQuantTensor, _unpack_quant_tensor
 
 from ._rnn_cells import _fused, _fused_key, _OptTuple
@@ -88,6 +89,16 @@ class _QuantRecurrentLayer(nn.Module):
             cache = (key, cell)
             self.__dict__["_fast_cell_cache"] = cache
         return cache[1]
+
+    def run_cell(self, quant_input: Tensor, *args: Any) -> Any:
+        """The time loop (fast_cell) on the quantized input and the other operands. An empty
+        batch runs it with the cell's quantizers collecting no statistics, as BatchNorm does
+        (see brevitas_cpp.proxy.empty_batch)."""
+        cell = self.fast_cell()
+        if quant_input.numel() != 0:
+            return cell(quant_input, *args)
+        with statistics_paused(self.cell):
+            return cell(linked_to_parameters(quant_input, self.cell), *args)
 
     def maybe_quantize_input(self, inp: Any) -> Any:
         if isinstance(inp, nn.utils.rnn.PackedSequence):

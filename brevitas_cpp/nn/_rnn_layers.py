@@ -73,7 +73,7 @@ class _QuantRNNLayer(_QuantRecurrentLayer):
             input_weight,
             dtype,
             device,
-            routed["weight_"],
+            **routed["weight_"],
             **routed["bias_"],
         )
         self.reset_parameters()
@@ -223,7 +223,7 @@ class _QuantLSTMLayer(_QuantRecurrentLayer):
                 input_weight,
                 dtype,
                 device,
-                routed["weight_"],
+                **routed["weight_"],
                 **routed["bias_"],
             )
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
-from ._rnn_args import _check_bool, _check_size, _split_kwargs
+from ._rnn_args import _check_bool, _check_size, _layer_arguments, _split_kwargs
 
 _FLOAT_KEY = re.compile(r"^(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)(_reverse)?$")
 
@@ -31,25 +31,29 @@ class QuantRecurrentStackBase(nn.Module):
         hidden_size: int,
         num_layers: int,
         bidirectional: bool,
-        batch_first: bool,
         io_quant: Any,
         shared_input_hidden_weights: bool,
         dtype: Optional[torch.dtype],
         device: Any,
         return_quant_tensor: bool,
-        kwargs: Dict[str, Any],
-        **layer_kwargs: Any,
+        **kwargs: Any,
     ) -> None:
         super().__init__()
         name = self._layer_name
+        # As in Brevitas, kwargs holds the layer's own arguments (batch_first, bias,
+        # weight_quant, ...: those layer_impl names) and the prefixed quantizer keywords.
+        layer_kwargs, kwargs = _layer_arguments(layer_impl, kwargs)
+        batch_first = layer_kwargs.get("batch_first", False)
         _check_size(name, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
         _check_bool(
             name,
-            bidirectional=bidirectional,
             batch_first=batch_first,
             shared_input_hidden_weights=shared_input_hidden_weights,
             return_quant_tensor=return_quant_tensor,
         )
+        # Read by its truth value, as nn.RNN and Brevitas do (Brevitas's own tests pass the
+        # string "shared_input_hidden_weights" for a bidirectional layer).
+        bidirectional = bool(bidirectional)
         if shared_input_hidden_weights and not bidirectional:
             raise RuntimeError(
                 f"{name}: shared_input_hidden_weights=True shares the input weights between "
@@ -73,7 +77,6 @@ class QuantRecurrentStackBase(nn.Module):
             common = dict(
                 input_size=layer_input_size,
                 hidden_size=hidden_size,
-                batch_first=batch_first,
                 quantize_output_only=bool(layer),
                 shared_input_hidden_weights=shared_input_hidden_weights,
                 dtype=dtype,

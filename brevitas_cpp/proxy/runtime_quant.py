@@ -14,6 +14,11 @@ from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.hooks import global_module_hooks, module_hooks
 from brevitas_cpp.core.quant._learned_act import learned_act_forward
 from brevitas_cpp.core.quant.int import RescalingIntQuant
+from brevitas_cpp.proxy.empty_batch import (
+    is_empty_batch,
+    linked_to_parameters,
+    statistics_paused,
+)
 from brevitas_cpp.proxy.quant_proxy import (
     QuantProxyFromInjector,
     QuantProxyProtocol,
@@ -247,7 +252,16 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         IntQuantTensor is a QuantTuple too) when calling it does more (see _calls_itself)."""
         if torch.jit.is_scripting():
             return self.quant_tuple(x)
+        if is_empty_batch(x):
+            return self._quantize_empty_batch(x, as_quant_tensor)
         return self._eager_quantize(x, as_quant_tensor, x)
+
+    def _quantize_empty_batch(self, x: Any, as_quant_tensor: bool) -> QuantTuple:
+        """quantize(x) for an x without elements: no statistics step (see empty_batch.py)."""
+        fused = self.fused_activation_quant_proxy
+        with statistics_paused(fused):
+            x = linked_to_parameters(x, fused)
+            return self._eager_quantize(x, as_quant_tensor, x)
 
     def _fills_inference_cache(self) -> bool:
         return not self.training and self.cache_inference_quant_act
@@ -263,6 +277,10 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         y = _unpack_quant_tensor(x)
         if self.export_mode and self.is_quant_enabled:
             y = self.export_handler(self.fused_activation_quant_proxy.activation_impl(y))
+        elif is_empty_batch(y):
+            fused = self.fused_activation_quant_proxy
+            with statistics_paused(fused):  # see empty_batch.py
+                y = self.quantizer_output(linked_to_parameters(y, fused))
         else:
             y = self.quantizer_output(y)
         if self.skip_create_quant_tensor:

@@ -200,10 +200,14 @@ def test_quant_rnn_is_the_quantizers_around_an_elman_step() -> None:
     assert torch.equal(h_n, h.unsqueeze(0))
 
 
-def test_quant_lstm_is_the_quantizers_around_an_lstm_step() -> None:
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["f32", "f16", "bf16"]
+)
+def test_quant_lstm_is_the_quantizers_around_an_lstm_step(dtype) -> None:
+    """In float32 and in a float16 or bfloat16 model (.to(dtype)), every step in that dtype."""
     torch.manual_seed(0)
-    x = torch.randn(4, 2, 3)
-    model = _trained(qnn.QuantLSTM(3, 5), x)
+    x = torch.randn(4, 2, 3).to(dtype)
+    model = _trained(qnn.QuantLSTM(3, 5).to(dtype), x)
     layer = model.layers[0][0]
     cell = layer.cell
     with torch.no_grad():
@@ -224,7 +228,7 @@ def test_quant_lstm_is_the_quantizers_around_an_lstm_step() -> None:
             w_i, w_h, b = gates[g]
             return F.linear(x_t, w_i) + F.linear(h, w_h) + b
 
-        h, c = torch.zeros(2, 5), torch.zeros(2, 5)
+        h, c = torch.zeros(2, 5, dtype=dtype), torch.zeros(2, 5, dtype=dtype)
         expected = []
         for t in range(4):
             x_t = qx.value[t]
@@ -378,6 +382,91 @@ def test_torch_compile_matches_eager(cls) -> None:
 
 
 # ---- bad input ----
+
+
+# Brevitas 0.12.1's constructor parameters in its order (nn/quant_rnn.py), each with a value
+# other than its default, so that an argument landing at another position shows.
+RNN_POSITIONAL = [
+    ("input_size", 3),
+    ("hidden_size", 4),
+    ("num_layers", 2),
+    ("nonlinearity", "relu"),
+    ("bias", False),
+    ("batch_first", True),
+    ("bidirectional", True),
+    ("weight_quant", qquant.Int8WeightPerChannelFloat),
+    ("bias_quant", None),
+    ("io_quant", qquant.Uint8ActPerTensorFloat),
+    ("gate_acc_quant", None),
+    ("shared_input_hidden_weights", True),
+    ("return_quant_tensor", True),
+    ("dtype", torch.float64),
+    ("device", "cpu"),
+]
+LSTM_POSITIONAL = [
+    ("input_size", 3),
+    ("hidden_size", 4),
+    ("num_layers", 2),
+    ("bias", False),
+    ("batch_first", True),
+    ("bidirectional", True),
+    ("weight_quant", qquant.Int8WeightPerChannelFloat),
+    ("bias_quant", None),
+    ("io_quant", qquant.Uint8ActPerTensorFloat),
+    ("gate_acc_quant", None),
+    ("sigmoid_quant", None),
+    ("tanh_quant", qquant.Int8ActPerTensorFloat),
+    ("cell_state_quant", qquant.ShiftedUint8ActPerTensorFloat),
+    ("coupled_input_forget_gates", True),
+    ("cat_output_cell_states", False),
+    ("shared_input_hidden_weights", True),
+    ("shared_intra_layer_weight_quant", True),
+    ("shared_intra_layer_gate_acc_quant", True),
+    ("shared_cell_state_quant", False),
+    ("return_quant_tensor", True),
+    ("device", "cpu"),
+    ("dtype", torch.float64),
+]
+
+
+@pytest.mark.parametrize(
+    "cls, arguments",
+    [(qnn.QuantRNN, RNN_POSITIONAL), (qnn.QuantLSTM, LSTM_POSITIONAL)],
+    ids=["QuantRNN", "QuantLSTM"],
+)
+def test_positional_construction_is_keyword_construction(cls, arguments) -> None:
+    """Brevitas's positional order (issue 32): the same layer as from keywords, same state and
+    same outputs."""
+    torch.manual_seed(5)
+    by_position = cls(*[value for _, value in arguments], io_bit_width=6)
+    torch.manual_seed(5)
+    by_name = cls(**dict(arguments), io_bit_width=6)
+    state = by_name.state_dict()
+    assert list(by_position.state_dict()) == list(state)
+    for key, value in by_position.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    x = torch.randn(2, 5, 3, dtype=torch.float64)  # batch_first
+    with torch.no_grad():
+        got, expected = flatten(by_position(x)), flatten(by_name(x))
+    assert list(got) == list(expected)
+    for key, value in got.items():
+        assert torch.equal(value, expected[key]), key
+
+
+def test_bidirectional_is_read_by_its_truth_value() -> None:
+    """As nn.RNN and Brevitas (whose tests pass bidirectional="shared_input_hidden_weights"):
+    any true value builds both directions."""
+    torch.manual_seed(6)
+    truthy = qnn.QuantLSTM(3, 4, bidirectional="yes", shared_input_hidden_weights=True)
+    torch.manual_seed(6)
+    plain = qnn.QuantLSTM(3, 4, bidirectional=True, shared_input_hidden_weights=True)
+    assert truthy.bidirectional is True and len(truthy.layers[0]) == 2
+    assert truthy.state_dict().keys() == plain.state_dict().keys()
+    x = torch.randn(5, 2, 3)
+    with torch.no_grad():
+        for a, b in zip(values(truthy(x)), values(plain(x))):
+            assert torch.equal(a, b)
+    assert len(qnn.QuantRNN(3, 4, bidirectional=0).layers[0]) == 1
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ the modules."""
 
 from typing import NamedTuple, Optional
 
+import torch
 from torch.nn import Module
 
 from brevitas_cpp.core.function_wrapper import (
@@ -34,6 +35,16 @@ class StatsActPlan(NamedTuple):
 
     high_percentile_q: float
     scaling_min_val: Optional[float]
+
+
+def smallest_normal(dtype: torch.dtype) -> float:
+    """The smallest positive normal number of a floating dtype (torch.finfo(dtype).tiny, which
+    TorchScript can not call): the least scale the quantization ops take."""
+    if dtype == torch.float16:
+        return 6.103515625e-05  # 2^-14
+    if dtype == torch.float64:
+        return 2.2250738585072014e-308  # 2^-1022
+    return 1.1754943508222875e-38  # 2^-126: float32 and bfloat16
 
 
 def _is_flat_view(view: Module) -> bool:

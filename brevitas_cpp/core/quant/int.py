@@ -24,7 +24,7 @@ from brevitas_cpp.core.quant._fused_weight import (
 )
 from brevitas_cpp.core.quant._fusion import int_operands_fit
 from brevitas_cpp.core.quant._learned_act import learned_act_fits, learned_act_forward
-from brevitas_cpp.core.quant._stats_act import stats_act_plan
+from brevitas_cpp.core.quant._stats_act import smallest_normal, stats_act_plan
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.scaling import TruncMsbScaling
@@ -118,6 +118,7 @@ class RescalingIntQuant(jit.ScriptModule):
         "stats_q",
         "stats_has_min_val",
         "stats_min_val",
+        "stats_threshold",
     ]
 
     def __init__(
@@ -178,6 +179,9 @@ class RescalingIntQuant(jit.ScriptModule):
         self.stats_min_val = (
             float(stats.scaling_min_val) if self.stats_has_min_val else 0.0  # type: ignore[union-attr]
         )
+        # The constant threshold (learned_act_fits: int_threshold_is_const), for the least
+        # statistic the op can scale by (stats_forward).
+        self.stats_threshold = float(self.const_int_threshold.value) if stats is not None else 1.0
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
@@ -249,6 +253,12 @@ class RescalingIntQuant(jit.ScriptModule):
                         min_val: Optional[float] = None
                         if self.stats_has_min_val:
                             min_val = self.stats_min_val
+                            # No less than the statistic whose scale is x's dtype's smallest
+                            # normal number, the least scale the ops take: the default 1e-10
+                            # is 0 in float16, whose scales stop at 2^-14.
+                            least = self.stats_threshold * smallest_normal(x.dtype)
+                            if least > min_val:
+                                min_val = least
                         y, scale, stat, _ = abs_percentile_int_quant(
                             x,
                             value,

@@ -116,18 +116,18 @@ class QuantRNN(QuantRecurrentStackBase):
             hidden_size,
             num_layers,
             bidirectional,
-            batch_first,
             io_quant,
             shared_input_hidden_weights,
             dtype,
             device,
             return_quant_tensor,
-            kwargs,
+            batch_first=batch_first,
             nonlinearity=nonlinearity,
             bias=bool(bias),
             weight_quant=weight_quant,
             bias_quant=bias_quant,
             gate_acc_quant=gate_acc_quant,
+            **kwargs,
         )
 
     def forward(self, inp: Any, hx: Optional[Tensor] = None) -> Tuple[Any, Any]:
@@ -218,13 +218,12 @@ class QuantLSTM(QuantRecurrentStackBase):
             hidden_size,
             num_layers,
             bidirectional,
-            batch_first,
             io_quant,
             shared_input_hidden_weights,
             dtype,
             device,
             return_quant_tensor,
-            kwargs,
+            batch_first=batch_first,
             bias=bool(bias),
             weight_quant=weight_quant,
             bias_quant=bias_quant,
@@ -236,6 +235,7 @@ class QuantLSTM(QuantRecurrentStackBase):
             shared_intra_layer_weight_quant=shared_intra_layer_weight_quant,
             shared_intra_layer_gate_acc_quant=shared_intra_layer_gate_acc_quant,
             shared_cell_state_quant=shared_cell_state_quant,
+            **kwargs,
         )
         self.cat_output_cell_states = cat_output_cell_states
 

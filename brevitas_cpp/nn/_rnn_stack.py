@@ -3,11 +3,13 @@ first forward layer's shared quantizers serving every later one, the input and s
 and the loading of a float nn.RNN / nn.LSTM checkpoint under the layer's own prefix."""
 
 import re
+from functools import partial
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
+from brevitas_cpp.proxy.materialize import apply_keeping_ties, reset_quantizers
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
@@ -128,6 +130,21 @@ class QuantRecurrentStackBase(nn.Module):
         if "cell_state_quant" in shared:
             out["cell_state_"] = {}
         return out
+
+    def _apply(self, fn, recurse=True):
+        # A quantizer reads the layer's weight as a parameter of its own (the same object):
+        # moving to or from 'meta' must leave it so (brevitas_cpp.proxy.materialize).
+        return apply_keeping_ties(self, partial(super()._apply, fn, recurse))
+
+    def reset_parameters(self) -> None:
+        """Every layer's gate weights and biases drawn again, as nn.RNN / nn.LSTM's
+        reset_parameters, then every quantizer rebuilt (brevitas_cpp.proxy.materialize): what
+        gives a layer built on the meta device its values after to_empty(), besides
+        load_state_dict()."""
+        for directions in self.layers:
+            for layer in directions:
+                layer.reset_parameters()
+        reset_quantizers(self)
 
     def __prepare_scriptable__(self) -> "QuantRecurrentStackBase":
         raise script_error(

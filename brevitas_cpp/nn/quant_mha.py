@@ -21,6 +21,7 @@ loads directly (``in_proj_weight`` and ``in_proj_bias`` split into q/k/v when un
 
 import math
 import warnings
+from functools import partial
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.init import constant_, xavier_normal_, xavier_uniform_
 
+from brevitas_cpp.proxy.materialize import apply_keeping_ties, reset_quantizers
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import (
     Int8ActPerTensorFloat,
@@ -188,6 +190,20 @@ class QuantMultiheadAttention(nn.Module):
         projections = (
             [self.in_proj] if self.in_proj is not None else [self.q_proj, self.k_proj, self.v_proj]
         )
+    def _apply(self, fn, recurse=True):
+        # A quantizer reads the layer's weight as a parameter of its own (the same object):
+        # moving to or from 'meta' must leave it so (brevitas_cpp.proxy.materialize).
+        return apply_keeping_ties(self, partial(super()._apply, fn, recurse))
+
+    def reset_parameters(self) -> None:
+        """The float weights drawn as when the layer was built (out_proj's as nn.Linear's, then
+        _reset_parameters), then every quantizer rebuilt (brevitas_cpp.proxy.materialize): what
+        gives a layer built on the meta device its values after to_empty(), besides
+        load_state_dict()."""
+        nn.Linear.reset_parameters(self.out_proj)
+        self._reset_parameters()
+        reset_quantizers(self)
+
         for proj in projections:
             xavier_uniform_(proj.weight)
         for proj in projections:

@@ -193,6 +193,8 @@ def constant_int_threshold(bit_width_impl: Module, int_scaling_impl: Module) -> 
         return None
     with torch.no_grad():
         bit_width = bit_width_impl()
-        if float(bit_width) > _EXACT_THRESHOLD_BITS:
+        # On 'meta' (a model built there) there is no value to read: the general path, until
+        # the quantizer is rebuilt where its tensors hold values (load_state_dict, reset).
+        if bit_width.is_meta or float(bit_width) > _EXACT_THRESHOLD_BITS:
             return None
         return int_scaling_impl(bit_width).detach().clone()

@@ -111,7 +111,7 @@ class _QuantRNNLayer(_QuantRecurrentLayer):
         quant_input_value = _unpack_quant_tensor(quant_input)
         bias_value = self._bias_value(quant_bias, quant_input_value)
         quant_state = self.maybe_quantize_state(quant_input_value, state, self.cell.output_quant)
-        quant_outputs = self.fast_cell()(
+        quant_outputs = self.run_cell(
             quant_input_value,
             quant_state,
             _unpack_quant_tensor(quant_weight_ih),
@@ -304,7 +304,7 @@ class _QuantLSTMLayer(_QuantRecurrentLayer):
         weights = [
             _unpack_quant_tensor(w) for w in (w_ii, w_if, w_ic, w_io, w_hi, w_hf, w_hc, w_ho)
         ]
-        hidden_states, last_cell = self.fast_cell()(
+        hidden_states, last_cell = self.run_cell(
             quant_input_value, quant_hidden_state, quant_cell_state, weights, biases
         )
         quant_outputs = self.pack_quant_outputs(hidden_states)

@@ -13,6 +13,8 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
+from brevitas_cpp.config import JIT_ENABLED
+
 __all__ = [
     "check_affine_inits",
     "checked_bool",
@@ -24,13 +26,34 @@ __all__ = [
     "checked_parameter_list",
     "checked_restrict_impl",
     "checked_shape",
+    "is_block",
 ]
 
 
+def is_block(impl) -> bool:
+    """Whether impl can stand where a core block goes: a torch.nn.Module or, as in Brevitas,
+    whose code only calls its blocks, any other callable instance (a function, a
+    ``unittest.mock.Mock``). A class is refused: it was meant to be instantiated."""
+    return isinstance(impl, Module) or (callable(impl) and not isinstance(impl, type))
+
+
 def checked_module(owner: str, arg: str, impl) -> Module:
-    if not isinstance(impl, Module):
-        raise TypeError(f"{owner}: {arg} must be a torch.nn.Module, got {impl!r}")
-    return impl
+    """impl if it is a block (is_block); with BREVITAS_JIT=1, a torch.nn.Module only."""
+    if isinstance(impl, Module):
+        return impl
+    if is_block(impl):
+        if not JIT_ENABLED:
+            return impl
+        raise TypeError(
+            f"{owner}: {arg} must be a torch.nn.Module with BREVITAS_JIT=1, got {impl!r}: the "
+            f"blocks are compiled to TorchScript, which can not call a {type(impl).__name__}; "
+            f"run with BREVITAS_JIT=0 to use it"
+        )
+    hint = "; pass an instance" if isinstance(impl, type) else ""
+    raise TypeError(
+        f"{owner}: {arg} must be a torch.nn.Module, got {impl!r} (a block is a module or "
+        f"another callable instance, e.g. a function, which is called{hint})"
+    )
 
 
 def checked_bool(owner: str, arg: str, flag) -> bool:

@@ -223,7 +223,7 @@ def test_wrappers_have_no_state():
             r"_RestrictValue: restrict_value_impl must be a torch.nn.Module",
         ),
         (
-            lambda: IntRestrictValue(torch.round),
+            lambda: IntRestrictValue("round"),
             TypeError,
             r"IntRestrictValue: restrict_value_float_to_int_impl must be a torch.nn.Module",
         ),

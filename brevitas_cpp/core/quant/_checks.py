@@ -4,7 +4,7 @@ block, the argument, the value received and what is accepted."""
 import numbers
 from typing import Any, Optional, Tuple
 
-import torch
+from brevitas_cpp.core._checks import checked_module
 
 
 def check_bool(owner: str, name: str, value: Any) -> None:
@@ -17,12 +17,8 @@ def check_bool(owner: str, name: str, value: Any) -> None:
 
 
 def check_module(owner: str, name: str, value: Any) -> None:
-    """value must be a torch.nn.Module (it is registered and called as a submodule)."""
-    if not isinstance(value, torch.nn.Module):
-        raise TypeError(
-            f"{owner}: {name} must be a torch.nn.Module, got {value!r} of type "
-            f"{type(value).__name__}"
-        )
+    """value must be a block: a torch.nn.Module, or another callable (see core._checks.is_block)."""
+    checked_module(owner, name, value)
 
 
 def check_quant_delay_steps(owner: str, quant_delay_steps: Optional[int]) -> None:

@@ -71,9 +71,11 @@ def on_kernel_device(x: Tensor) -> bool:
 
 def scaled_operands_fit(x: Tensor, scale: Tensor) -> bool:
     """binary_quant, clamped_binary_quant and ternary_quant accept (x, scale) as they are and
-    then compute in the dtype Brevitas's composition would."""
+    then compute in the dtype Brevitas's composition would. In eager mode a user's scale block
+    may return a Python float, as Brevitas allows: the composition takes it."""
     return (
-        is_kernel_float(x.dtype)
+        isinstance(scale, Tensor)
+        and is_kernel_float(x.dtype)
         and on_kernel_device(x)
         and scale.device == x.device
         and scale.dtype == x.dtype
@@ -86,6 +88,8 @@ def int_operands_fit(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Te
     one value on x's device."""
     return (
         scaled_operands_fit(x, scale)
+        and isinstance(zero_point, Tensor)
+        and isinstance(bit_width, Tensor)
         and zero_point.device == x.device
         and zero_point.dtype == x.dtype
         and broadcasts_into(zero_point, x)

@@ -25,9 +25,17 @@ from brevitas_cpp.utils.torch_utils import float_internal_scale
 
 __all__ = ["FloatQuant"]
 
-# What the fused op accepts (csrc/ops/float_quant.h): wider fields would leave float32's grid.
+# Wider fields would leave float32's grid. A format without mantissa bits (E8M0, the MX shared
+# scale: powers of two only) is valid; the fused op takes m >= 1 (csrc/ops/float_quant.h), so
+# m = 0 runs the composition.
 _EXPONENT_BITS = (1, 8)
-_MANTISSA_BITS = (1, 23)
+_MANTISSA_BITS = (0, 23)
+_FUSED_MIN_MANTISSA_BITS = 1
+
+
+class FloatFormatError(ValueError, RuntimeError):
+    """A minifloat format FloatQuant can not represent. Also a RuntimeError, the type Brevitas
+    raises for these, so code written against it still catches it."""
 
 
 def _check_width(owner: str, name: str, value: int, accepted: tuple) -> None:
@@ -35,7 +43,7 @@ def _check_width(owner: str, name: str, value: int, accepted: tuple) -> None:
         raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__} ({value!r})")
     low, high = accepted
     if not low <= value <= high:
-        raise ValueError(f"{owner}: {name} must be in [{low}, {high}], got {value}")
+        raise FloatFormatError(f"{owner}: {name} must be in [{low}, {high}], got {value}")
 
 
 def _as_int(owner: str, name: str, value) -> int:
@@ -94,16 +102,17 @@ class FloatQuant(jit.ScriptModule):
         check_bool(owner, "signed", signed)
         exponent_bit_width = _as_int(owner, "exponent_bit_width", exponent_bit_width)
         mantissa_bit_width = _as_int(owner, "mantissa_bit_width", mantissa_bit_width)
-        exponent_bias = _as_int(owner, "exponent_bias", exponent_bias)
         bit_width = _as_int(owner, "bit_width", bit_width)
+        # The format first, as Brevitas (a RuntimeError for e = 0, whatever the bias).
         _check_width(owner, "exponent_bit_width", exponent_bit_width, _EXPONENT_BITS)
         _check_width(owner, "mantissa_bit_width", mantissa_bit_width, _MANTISSA_BITS)
         if bit_width != exponent_bit_width + mantissa_bit_width + int(signed):
-            raise ValueError(
+            raise FloatFormatError(
                 f"{owner}: bit_width ({bit_width}) must be exponent_bit_width "
                 f"({exponent_bit_width}) + mantissa_bit_width ({mantissa_bit_width}) + the sign "
                 f"bit ({int(signed)})"
             )
+        exponent_bias = _as_int(owner, "exponent_bias", exponent_bias)
         check_module(owner, "float_clamp_impl", float_clamp_impl)
         check_module(owner, "input_view_impl", input_view_impl)
         check_module(owner, "float_to_int_impl", float_to_int_impl)
@@ -157,7 +166,12 @@ class FloatQuant(jit.ScriptModule):
         mode = rounding_mode_of(self.float_to_int_impl)
         clamp = self.float_clamp_impl
         stock_clamp = type(clamp) is FloatClamp and type(clamp.tensor_clamp_impl) is TensorClamp
-        self.fused = mode is not None and stock_clamp and clamp.signed == self.signed
+        self.fused = (
+            mode is not None
+            and stock_clamp
+            and clamp.signed == self.signed
+            and self.mantissa_bits >= _FUSED_MIN_MANTISSA_BITS
+        )
         self.rounding_mode = mode if mode is not None else "round"
         max_value, saturating, has_inf, has_nan = 1.0, True, False, False
         if stock_clamp:

@@ -131,20 +131,29 @@ class _ParameterListStats(jit.ScriptModule):
         stats_impl: nn.Module,
         stats_output_shape: Tuple[int, ...],
         stats_input_view_shape_impl: nn.Module,
-        stats_input_concat_dim: int,
+        stats_input_concat_dim: Optional[int],
         tracked_parameter_list: List[torch.nn.Parameter],
         force_parameter: bool = False,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        if isinstance(stats_input_concat_dim, bool) or not isinstance(stats_input_concat_dim, int):
+        if isinstance(stats_input_concat_dim, bool) or not isinstance(
+            stats_input_concat_dim, (int, type(None))
+        ):
             raise TypeError(
-                f"{owner}: stats_input_concat_dim must be an int, got {stats_input_concat_dim!r}"
+                f"{owner}: stats_input_concat_dim must be an int (or None for a single "
+                f"parameter), got {stats_input_concat_dim!r}"
             )
         if isinstance(tracked_parameter_list, torch.Tensor) or len(tracked_parameter_list) == 0:
             raise ValueError(
                 f"{owner}: tracked_parameter_list must be a non-empty list of parameters, "
                 f"got {tracked_parameter_list!r}"
+            )
+        # None is Brevitas's setting where nothing is concatenated (one parameter).
+        if stats_input_concat_dim is None and len(tracked_parameter_list) > 1:
+            raise ValueError(
+                f"{owner}: stats_input_concat_dim must be an int (the dimension to concatenate "
+                f"along) with {len(tracked_parameter_list)} tracked parameters, got None"
             )
         self.stats_input_concat_dim = stats_input_concat_dim
         tracked_parameter_list = list(tracked_parameter_list)

@@ -176,10 +176,10 @@ def test_binary_refuses_unsigned():
         ),
         (
             lambda: ClampedBinaryQuant(
-                LearnedScale(torch.tensor(1.0)), tensor_clamp_impl=torch.clamp
+                LearnedScale(torch.tensor(1.0)), tensor_clamp_impl=TensorClamp
             ),
             TypeError,
-            r"ClampedBinaryQuant: tensor_clamp_impl must be a torch.nn.Module",
+            r"ClampedBinaryQuant: tensor_clamp_impl must be a torch.nn.Module.*pass an instance",
         ),
         (
             lambda: ClampedBinaryQuant(None),

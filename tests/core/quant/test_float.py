@@ -133,6 +133,40 @@ def test_rounds_to_the_nearest_format_value_times_scale(e, m, bias):
     assert scale.item() == 0.5 and zero_point.item() == 0.0
 
 
+def zero_mantissa_reference(u: float, e: int, bias: int, signed: bool) -> float:
+    """A format without mantissa bits (E8M0, the MX shared scale) holds 0 and the powers of two
+    2^(1 - bias) ... 2^(2^e - 1 - bias). u in [2^k, 2^(k+1)) goes to the nearer one; at the
+    midpoint 1.5 * 2^k the significand 1.5 rounds half to even, to 2. Below 2^(1 - bias): 0 or
+    2^(1 - bias), 0 at the midpoint."""
+    a = abs(u) if signed else max(u, 0.0)
+    low = 2.0 ** (1 - bias)
+    if a < low:
+        q = 0.0 if a <= low / 2 else low
+    else:
+        k = 2.0 ** math.floor(math.log2(a))
+        q = k if a < 1.5 * k else 2 * k
+    return math.copysign(min(q, 2.0 ** (2**e - 1 - bias)), u) if signed else q
+
+
+@pytest.mark.parametrize(
+    "e, bias, signed, dtype",
+    [(8, 127, False, torch.float64), (7, 63, True, torch.float32)],
+    ids=["e8m0", "e7m0"],
+)
+def test_formats_without_mantissa_bits(e, bias, signed, dtype):
+    quant = block(
+        e, 0, bias, scaling_impl=ConstScaling(1.0, dtype=dtype), signed=signed, dtype=dtype
+    )
+    points = [0.0, 2.0**-130, 0.5 * 2.0 ** (1 - bias), 0.7 * 2.0 ** (1 - bias), 2.0**70]
+    for j in (1 - bias, -3, 0, 1, 5, 2**e - 2 - bias):
+        points += [2.0**j * f for f in (1.0, 1.25, 1.5, 1.75)]
+    u = torch.tensor(points + [-p for p in points], dtype=dtype)
+    y = quant(u)[0]
+    expected = [zero_mantissa_reference(p, e, bias, signed) for p in u.tolist()]
+    assert torch.equal(y, torch.tensor(expected, dtype=dtype))
+    assert quant(u)[4].item() == 0.0  # mantissa_bit_width
+
+
 def test_returns_brevitas_tuple():
     quant = block(
         5,
@@ -219,9 +253,9 @@ def test_observer_only_passes_x_through():
             r"exponent_bit_width must be in \[1, 8\]",
         ),
         (
-            dict(mantissa_bit_width=0, bit_width=5),
+            dict(mantissa_bit_width=24, bit_width=29),
             ValueError,
-            r"mantissa_bit_width must be in \[1, 23\]",
+            r"mantissa_bit_width must be in \[0, 23\]",
         ),
         (dict(mantissa_bit_width=2.5), TypeError, "mantissa_bit_width must be an integer"),
         (dict(signed="yes"), TypeError, "signed"),

@@ -365,8 +365,8 @@ def test_blocks_script_under_jit():
             r"TruncIntQuant: narrow_range must be a bool.*'no'",
         ),
         (
-            lambda: TruncIntQuant(torch.round, const(4.0), TruncMsb()),
-            r"TruncIntQuant: float_to_int_impl must be a torch.nn.Module",
+            lambda: TruncIntQuant(RoundSte, const(4.0), TruncMsb()),
+            r"TruncIntQuant: float_to_int_impl must be a torch.nn.Module.*pass an instance",
         ),
         (
             lambda: TruncIntQuant(RoundSte(), const(4.0), TruncMsb(), quant_delay_steps="3"),

@@ -415,7 +415,7 @@ def test_default_blocks_are_round_and_tensor_clamp():
             r"IntQuant: input_view_impl must be a torch.nn.Module",
         ),
         (
-            dict(float_to_int_impl=torch.round),
+            dict(float_to_int_impl="round"),
             TypeError,
             r"IntQuant: float_to_int_impl must be a torch.nn.Module",
         ),

@@ -470,7 +470,7 @@ def test_parameter_from_stats_bad_arguments():
             AbsMaxOverTensor(), OverTensorView(), 0, [wp], (4, 0)
         )
     with pytest.raises(TypeError, match=f"{name}: scaling_stats_impl must be a torch.nn.Module"):
-        ParameterFromStatsFromParameterScaling(max, OverTensorView(), 0, [wp], ())
+        ParameterFromStatsFromParameterScaling("max", OverTensorView(), 0, [wp], ())
     with pytest.raises(ValueError, match="_AffineRescaling: affine_weight_init must be finite"):
         stats_block(False, wp, affine=float("inf"))
 

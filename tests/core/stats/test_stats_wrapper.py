@@ -130,7 +130,8 @@ def test_full_state_dict_switch_saves_tracked_parameters(monkeypatch):
         (
             dict(stats_input_concat_dim=1.0),
             TypeError,
-            r"_ParameterListStats: stats_input_concat_dim must be an int, got 1.0",
+            r"_ParameterListStats: stats_input_concat_dim must be an int \(or None for a single "
+            r"parameter\), got 1.0",
         ),
         (
             dict(stats_output_shape=(2.0, 1)),

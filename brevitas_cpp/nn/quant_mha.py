@@ -39,6 +39,7 @@ from brevitas_cpp.quant import (
 )
 from brevitas_cpp.quant_tensor import _unpack_quant_tensor
 
+from .mixin.utils import is_brevitas_keyword
 from .quant_activation import QuantIdentity
 from .quant_linear import QuantLinear
 
@@ -56,10 +57,13 @@ _PREFIXES = (
 
 
 def _route(kwargs: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
-    """kwargs by prefix, the prefix removed; a keyword with no known prefix is an error."""
+    """kwargs by prefix, the prefix removed; a keyword with no known prefix is an error, unless
+    Brevitas knows it (another layer's), which is ignored as Brevitas ignores it."""
     routed: Dict[str, Dict[str, Any]] = {p: {} for p in _PREFIXES}
     for name, value in kwargs.items():
         prefix = max((p for p in _PREFIXES if name.startswith(p)), key=len, default=None)
+        if prefix is None and is_brevitas_keyword(name):
+            continue
         if prefix is None:
             raise TypeError(
                 f"QuantMultiheadAttention: unexpected keyword argument {name}={value!r}. "

@@ -23,6 +23,7 @@ from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
+from .mixin.utils import is_brevitas_keyword
 from .quant_activation import QuantIdentity
 
 __all__ = ["ScaledDotProductAttention", "QuantScaledDotProductAttention"]
@@ -98,6 +99,8 @@ class QuantScaledDotProductAttention(nn.Module):
         routed: Dict[str, Dict[str, Any]] = {p: {} for p in _PREFIXES}
         for name, value in kwargs.items():
             prefix = max((p for p in _PREFIXES if name.startswith(p)), key=len, default=None)
+            if prefix is None and is_brevitas_keyword(name):
+                continue  # another Brevitas layer's keyword: ignored, as Brevitas ignores it
             if prefix is None:
                 raise TypeError(
                     f"QuantScaledDotProductAttention: unexpected keyword argument "

@@ -433,8 +433,8 @@ def test_shared_proxy_collects_from_both_layers():
 
 def test_keyword_with_a_shared_proxy_raises():
     first = QuantReLU()
-    with pytest.raises(TypeError, match="QuantReLU: keyword argument bit_width=4 can not be"):
-        QuantReLU(act_quant=first.act_quant, bit_width=4)
+    with pytest.raises(TypeError, match="QuantReLU: keyword argument bitwidth=4 can not be"):
+        QuantReLU(act_quant=first.act_quant, bitwidth=4)
 
 
 # ---- state_dict ----------------------------------------------------------------------------------

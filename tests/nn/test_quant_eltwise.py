@@ -214,8 +214,8 @@ def test_add_keyword_routing():
 
 
 def test_add_unprefixed_keyword_raises():
-    with pytest.raises(TypeError, match="QuantEltwiseAdd: unexpected keyword argument bit_width"):
-        QuantEltwiseAdd(bit_width=4)
+    with pytest.raises(TypeError, match="QuantEltwiseAdd: unexpected keyword argument bitwidth"):
+        QuantEltwiseAdd(bitwidth=4)
 
 
 def test_tie_input_output_quant():

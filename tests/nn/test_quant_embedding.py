@@ -103,9 +103,9 @@ def test_keyword_errors():
     with pytest.raises(
         TypeError,
         match="QuantEmbedding: unexpected keyword argument "
-        "input_bit_width=4.*accepted prefixes: 'weight_' \\(weight_quant\\)$",
+        "input_bitwidth=4.*accepted prefixes: 'weight_' \\(weight_quant\\)\\.",
     ):
-        QuantEmbedding(10, 6, input_bit_width=4)
+        QuantEmbedding(10, 6, input_bitwidth=4)
     with pytest.raises(TypeError, match="return_quant_tensor must be a bool"):
         QuantEmbedding(10, 6, return_quant_tensor="yes")
 

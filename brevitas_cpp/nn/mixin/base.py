@@ -5,8 +5,10 @@ from a quantizer class, a shared proxy instance or None, and routes the layer's 
 arguments to that quantizer. QuantLayerMixin gives a layer the QuantTensor input/output
 conventions (``return_quant_tensor``).
 
-Unlike Brevitas, a keyword argument no quantizer of the layer can consume is an error (see
-brevitas_cpp.nn.mixin.utils for what "consume" means). It can only be judged once every mixin of
+A keyword argument no quantizer of the layer can consume is accepted, unused, when Brevitas
+knows it (as Brevitas ignores it; with a warning where its quantizer is a shared proxy, as
+Brevitas warns), and is otherwise an error naming the close matches, unlike Brevitas, which
+ignores typos too (see brevitas_cpp.nn.mixin.utils). It can only be judged once every mixin of
 the layer has claimed its prefix, so the check runs when the layer's construction returns: the
 metaclass's ``__call__`` (``type(layer)(...)`` runs it after ``__init__``, however deeply the
 subclass constructors nest).
@@ -16,6 +18,7 @@ leaves no trace in a proxy it was given.
 
 import difflib
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from inspect import isclass
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Union
@@ -30,7 +33,8 @@ from brevitas_cpp.proxy.script import QuantTuple, ScriptableQuantModule, script_
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
 from brevitas_cpp.proxy.materialize import apply_keeping_ties, reset_quantizers
-from .utils import filter_kwargs, quantizer_vocabulary
+from ._brevitas_keywords import QUANTIZER_NAMES as BREVITAS_QUANTIZER_NAMES
+from .utils import filter_kwargs, is_brevitas_keyword, quantizer_vocabulary
 
 __all__ = ["QuantProxyMixin", "QuantLayerMixin"]
 
@@ -83,6 +87,17 @@ def _finish_construction(layer: Any, book: _KwargsBook) -> None:
         proxy.add_tracked_module(layer)
 
 
+def _close_matches(name: str, claims: List[_Claim]) -> str:
+    """' Did you mean ...?' among the keywords the claims' quantizers consume or Brevitas knows
+    under their prefixes, or ''."""
+    known = sorted(
+        {c.prefix + v for c in claims if c.vocabulary is not None for v in c.vocabulary}
+        | {c.prefix + v for c in claims for v in BREVITAS_QUANTIZER_NAMES}
+    )
+    close = difflib.get_close_matches(name, known, n=3)
+    return f" Did you mean {', '.join(close)}?" if close else ""
+
+
 def _check_kwarg(layer: Any, book: _KwargsBook, name: str) -> None:
     layer_name = _layer_name(layer)
     value = book.kwargs[name]
@@ -92,19 +107,33 @@ def _check_kwarg(layer: Any, book: _KwargsBook, name: str) -> None:
     candidates = [c for c in book.claims if name.startswith(c.prefix)]
     if any(c.vocabulary is not None and name[len(c.prefix) :] in c.vocabulary for c in candidates):
         return
+    shared = [c for c in candidates if c.vocabulary is None]
+    if is_brevitas_keyword(name):
+        # Brevitas ignores a keyword no quantizer of the layer uses; it warns only where the
+        # keyword's quantizer is a shared proxy, which takes no keywords.
+        if shared:
+            c = shared[0]
+            warnings.warn(
+                f"{layer_name}: keyword argument {name}={value!r} is not used: {c.argument} is a "
+                f"shared proxy instance ({c.quantizer}), whose quantizer is already built; "
+                f"configure that quantizer instead, or pass a quantizer class as {c.argument}",
+                UserWarning,
+                stacklevel=4,
+            )
+        return
     if not candidates:
         raise TypeError(
             f"{layer_name}: unexpected keyword argument {name}={value!r}. Keywords beyond the "
             f"layer's own arguments set quantizer attributes and must start with a quantizer "
-            f"prefix; accepted prefixes: {prefixes}"
+            f"prefix; accepted prefixes: {prefixes}.{_close_matches(name, book.claims)}"
         )
-    shared = [c for c in candidates if c.vocabulary is None]
-    if shared and len(shared) == len(candidates):
+    if len(shared) == len(candidates):
         c = shared[0]
         raise TypeError(
             f"{layer_name}: keyword argument {name}={value!r} can not be applied: {c.argument} "
-            f"is a shared proxy instance ({c.quantizer}), whose quantizer is already built; "
-            f"configure that quantizer instead, or pass a quantizer class as {c.argument}"
+            f"is a shared proxy instance ({c.quantizer}), whose quantizer is already built, and "
+            f"no Brevitas quantizer knows it either; configure that quantizer instead, or pass a "
+            f"quantizer class as {c.argument}"
         )
     reasons = "; ".join(
         f"{c.argument}={c.quantizer} has no attribute or core-block argument "
@@ -112,15 +141,11 @@ def _check_kwarg(layer: Any, book: _KwargsBook, name: str) -> None:
         for c in candidates
         if c.vocabulary is not None
     )
-    known = sorted(
-        {c.prefix + v for c in candidates if c.vocabulary is not None for v in c.vocabulary}
-    )
-    close = difflib.get_close_matches(name, known, n=3)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise TypeError(
-        f"{layer_name}: unknown keyword argument {name}={value!r}: {reasons}. A keyword "
-        f"<prefix><name> sets attribute <name> of the quantizer the prefix selects; accepted "
-        f"prefixes: {prefixes}.{hint}"
+        f"{layer_name}: unknown keyword argument {name}={value!r}: {reasons}, and no Brevitas "
+        f"layer or quantizer knows it. A keyword <prefix><name> sets attribute <name> of the "
+        f"quantizer the prefix selects; accepted prefixes: {prefixes}."
+        f"{_close_matches(name, candidates)}"
     )
 
 

@@ -2,8 +2,11 @@
 
 A layer forwards ``weight_bit_width=4`` to its weight quantizer as ``bit_width=4``: the prefix
 picks the quantizer, the rest names one of its attributes. Brevitas silently drops a name no
-quantizer uses, so a typo (``weight_bitwidth``) quietly keeps the default; here every prefixed
-name must be one the quantizer can consume, and this module decides which names those are.
+quantizer uses, so a typo (``weight_bitwidth``) quietly keeps the default; here a keyword must
+be one a quantizer of the layer can consume, or else one Brevitas knows (``is_brevitas_keyword``:
+some Brevitas layer or quantizer takes it), which is accepted unused as Brevitas does: programs
+pass one set of keywords to layers whose quantizers differ. This module decides which names
+those are.
 
 A quantizer can consume a name when it is
   * one of its attributes (declared on it, on a base, on a solver, or by ``.let``),
@@ -21,7 +24,14 @@ from typing import Any, Dict, FrozenSet, Iterable, Mapping
 
 import brevitas_cpp.core as core
 
-__all__ = ["filter_kwargs", "core_block_argument_names", "quantizer_vocabulary"]
+from ._brevitas_keywords import LAYER_KEYWORDS, PREFIXES, QUANTIZER_NAMES
+
+__all__ = [
+    "filter_kwargs",
+    "core_block_argument_names",
+    "is_brevitas_keyword",
+    "quantizer_vocabulary",
+]
 
 # Read by brevitas_cpp.proxy straight off the quantizer, not through any core block.
 PROXY_READ_ATTRIBUTES: FrozenSet[str] = frozenset(
@@ -76,3 +86,13 @@ def quantizer_vocabulary(injector: Any) -> FrozenSet[str]:
         if isinstance(spec, tuple) and len(spec) > 2:
             names.update(a for a in spec[2] if not a.startswith("__"))
     return frozenset(names) | core_block_argument_names() | PROXY_READ_ATTRIBUTES
+
+
+def is_brevitas_keyword(name: str) -> bool:
+    """Whether some Brevitas layer takes keyword ``name``: a constructor argument of one of its
+    layers, or ``<prefix><attribute>`` with a prefix its layers route to a quantizer
+    (``weight_``, ``input_``, ``''`` ...) and an attribute a Brevitas quantizer, core block or
+    proxy knows. Recorded from Brevitas's sources in ``_brevitas_keywords``."""
+    if name in LAYER_KEYWORDS:
+        return True
+    return any(name.startswith(p) and name[len(p) :] in QUANTIZER_NAMES for p in PREFIXES)

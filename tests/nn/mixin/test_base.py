@@ -1,6 +1,7 @@
 """QuantProxyMixin and QuantLayerMixin: building proxies from quantizer classes, shared proxies or
-None; routing prefixed keywords; rejecting keywords no quantizer can consume (Brevitas ignores
-them); the QuantTensor input/output conventions."""
+None; routing prefixed keywords; accepting, unused, keywords Brevitas knows that no quantizer of
+the layer consumes, and rejecting the others (typos, which Brevitas ignores too); the QuantTensor
+input/output conventions."""
 
 import pytest
 import torch
@@ -106,11 +107,13 @@ def test_wrong_kind_of_proxy_instance():
         (dict(bias_quant=Int32Bias, bias_bitwdth=16), r"bias_quant=Int32Bias has no attribute"),
         (dict(input_scaling_per_output_chanel=True), r"input_quant=NoneActQuant has no attribute"),
         (
-            dict(bit_width=4),
-            r"QuantLinear: unexpected keyword argument bit_width=4\. .*must start "
+            dict(bitwidth=4),
+            r"QuantLinear: unexpected keyword argument bitwidth=4\. .*must start "
             r"with a quantizer prefix; accepted prefixes: 'input_' \(input_quant\), 'output_' "
-            r"\(output_quant\), 'weight_' \(weight_quant\), 'bias_' \(bias_quant\)$",
+            r"\(output_quant\), 'weight_' \(weight_quant\), 'bias_' \(bias_quant\)\. Did you "
+            r"mean bias_bit_width, input_bit_width, weight_bit_width\?$",
         ),
+        (dict(weigth_bit_width=4), r"unexpected keyword .*Did you mean weight_bit_width"),
     ],
 )
 def test_unknown_keywords_raise(kwargs, match):
@@ -152,16 +155,25 @@ def test_trunc_mixin_takes_unprefixed_keywords():
         Trunc(bitwidth=6)
 
 
-def test_keyword_for_a_shared_proxy_raises_and_leaves_it_untouched():
+def test_keyword_for_a_shared_proxy_warns_or_raises_and_leaves_it_untouched():
     owner = QuantLinear(6, 5)
     proxy = owner.weight_quant
+    # A keyword Brevitas knows is ignored with a warning, as Brevitas does.
+    with pytest.warns(
+        UserWarning,
+        match=r"QuantLinear: keyword argument weight_bit_width=4 is not used: weight_quant is a "
+        r"shared proxy instance",
+    ):
+        shared = QuantLinear(6, 5, weight_quant=proxy, weight_bit_width=4)
+    assert proxy.tracked_module_list == [owner, shared]
+    assert float(shared.quant_weight().bit_width) == 8.0
     with pytest.raises(
         TypeError,
-        match=r"QuantLinear: keyword argument weight_bit_width=4 can not "
+        match=r"QuantLinear: keyword argument weight_bitwidth=4 can not "
         r"be applied: weight_quant is a shared proxy instance",
     ):
-        QuantLinear(6, 5, weight_quant=proxy, weight_bit_width=4)
-    assert proxy.tracked_module_list == [owner]
+        QuantLinear(6, 5, weight_quant=proxy, weight_bitwidth=4)
+    assert proxy.tracked_module_list == [owner, shared]
 
 
 def test_shared_proxy_tracks_the_layer_once_built():

@@ -215,12 +215,15 @@ def test_one_operand_flip_is_the_only_extra_allowance() -> None:
             pr.assert_at_kernel_precision(bad, out, "bug", layer=layer)
 
 
-def test_is_its_quantizers_around_the_float_attention() -> None:
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["f32", "f16", "bf16"]
+)
+def test_is_its_quantizers_around_the_float_attention(dtype) -> None:
     """The layer's own quantizers (QuantLinear, QuantIdentity) around softmax(q k^T / sqrt(d)) v
-    with a bool padding mask, written out here."""
+    with a bool padding mask, written out here; in float32 and in a float16 or bfloat16 model."""
     torch.manual_seed(0)
-    mha = qnn.QuantMultiheadAttention(8, 2, batch_first=True)
-    x = torch.randn(2, 5, 8)
+    mha = qnn.QuantMultiheadAttention(8, 2, batch_first=True).to(dtype)
+    x = torch.randn(2, 5, 8).to(dtype)
     padding = torch.zeros(2, 5, dtype=torch.bool)
     padding[1, 3:] = True
     with torch.no_grad():
@@ -233,7 +236,7 @@ def test_is_its_quantizers_around_the_float_attention() -> None:
             return t.transpose(0, 1).contiguous().view(5, 4, 4).transpose(0, 1)
 
         q, k, v = heads(q), heads(k), heads(v)
-        mask = torch.zeros(4, 1, 5).masked_fill_(
+        mask = torch.zeros(4, 1, 5, dtype=dtype).masked_fill_(
             padding.repeat_interleave(2, 0).unsqueeze(1), -math.inf
         )
         scores = torch.baddbmm(

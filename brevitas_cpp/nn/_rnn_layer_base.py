@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from brevitas_cpp import config
 from brevitas_cpp.proxy.empty_batch import linked_to_parameters, statistics_paused
-from brevitas_cpp.quant_tensor import IntQuantTensor, _unpack_quant_tensor
+from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor, _unpack_quant_tensor
 
 from ._rnn_cells import _fused, _fused_key, _OptTuple
 from ._rnn_gates import _GATE_TENSOR, GateParams
@@ -20,6 +20,8 @@ from ._rnn_gates import _GATE_TENSOR, GateParams
 class _QuantRecurrentLayer(nn.Module):
     """What the RNN and LSTM layers share: input and state quantization, packing of the outputs
     (Brevitas's QuantRecurrentLayerMixin) and the fast-cell cache."""
+
+    _layer_name = "QuantRecurrentLayer"  # the stack's name, in errors
 
     def _init_layer(
         self,
@@ -148,12 +150,46 @@ class _QuantRecurrentLayer(nn.Module):
             )
         return torch.unsqueeze(quant_state[0], dim=0)
 
-    @staticmethod
-    def gate_params_fwd(gate: GateParams, quant_input: Any) -> Tuple[Any, Any, Any]:
+    def gate_params_fwd(self, gate: GateParams, quant_input: Any) -> Tuple[Any, Any, Any]:
         quant_weight_ih = gate.input_weight()
         quant_weight_hh = gate.hidden_weight()
+        self._check_bias_scale(gate, quant_input, quant_weight_ih)
         quant_bias = gate.bias_quant(gate.bias, quant_input, quant_weight_ih)
         return quant_weight_ih, quant_weight_hh, quant_bias
+
+    def _check_bias_scale(self, gate: GateParams, quant_input: Any, quant_weight: Any) -> None:
+        """Brevitas's forward-time error when a bias quantizer that takes its scale from the
+        input (Int32Bias) gets an unquantized input or weight and has no cached scale: its
+        phrase, "Input scale required", then what is missing in this layer's terms."""
+        bias_quant = gate.bias_quant
+        if (
+            gate.bias is None
+            or not bias_quant.is_quant_enabled
+            or not getattr(bias_quant, "requires_input_scale", False)
+            or bias_quant._cached_bias is not None
+        ):
+            return
+        missing = []
+        if not isinstance(quant_input, QuantTensor):
+            missing.append(
+                "the layer's input is unquantized ("
+                + (
+                    "the previous layer's output: io_quant=None"
+                    if self.quantize_output_only
+                    else "io_quant=None and a plain Tensor input"
+                )
+                + ")"
+            )
+        if not isinstance(quant_weight, QuantTensor):
+            missing.append("the weight is unquantized (weight_quant=None)")
+        if missing:
+            raise RuntimeError(
+                f"Input scale required: {self._layer_name}: "
+                f"bias_quant={getattr(bias_quant.quant_injector, '__name__', '?')} takes its "
+                f"scale from the input (input scale * weight scale), but {' and '.join(missing)}; "
+                f"quantize both (io_quant=..., or a QuantTensor input to a one-layer stack, and "
+                f"weight_quant=...), or use bias_quant=None or a bias quantizer with its own scale"
+            )
 
     @staticmethod
     def _bias_value(quant_bias: Any, like: Tensor) -> Tensor:

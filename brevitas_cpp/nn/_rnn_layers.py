@@ -20,6 +20,8 @@ from .quant_activation import QuantIdentity, QuantSigmoid, QuantTanh
 class _QuantRNNLayer(_QuantRecurrentLayer):
     """One layer and direction of QuantRNN."""
 
+    _layer_name = "QuantRNN"
+
     def __init__(
         self,
         input_size: int,
@@ -41,7 +43,7 @@ class _QuantRNNLayer(_QuantRecurrentLayer):
         input_weight: Optional[GateWeight] = None,
     ) -> None:
         nn.Module.__init__(self)
-        name = "QuantRNN"
+        name = self._layer_name
         io_proxy = _act_proxy(name, QuantIdentity, io_quant, "io_", routed["io_"])
         acc_proxy = _act_proxy(
             name, QuantIdentity, gate_acc_quant, "gate_acc_quant_", routed["gate_acc_quant_"]
@@ -88,9 +90,6 @@ class _QuantRNNLayer(_QuantRecurrentLayer):
     def quantizers_to_share(self) -> Dict[str, nn.Module]:
         return {"io_quant": self.io_quant}
 
-    def _first_gate(self) -> GateParams:
-        return self.gate_params
-
     def _cell_quants(self) -> Dict[str, nn.Module]:
         return {"gate_acc_quant": self.cell.gate_acc_quant, "output_quant": self.cell.output_quant}
 
@@ -128,6 +127,8 @@ _LSTM_GATES = ("input", "forget", "cell", "output")
 class _QuantLSTMLayer(_QuantRecurrentLayer):
     """One layer and direction of QuantLSTM."""
 
+    _layer_name = "QuantLSTM"
+
     def __init__(
         self,
         input_size: int,
@@ -158,7 +159,7 @@ class _QuantLSTMLayer(_QuantRecurrentLayer):
         input_output_weight: Optional[GateWeight] = None,
     ) -> None:
         nn.Module.__init__(self)
-        name = "QuantLSTM"
+        name = self._layer_name
         io_proxy = _act_proxy(name, QuantIdentity, io_quant, "io_", routed["io_"])
         cell_proxy = _act_proxy(
             name, QuantIdentity, cell_state_quant, "cell_state_", routed["cell_state_"]
@@ -253,9 +254,6 @@ class _QuantLSTMLayer(_QuantRecurrentLayer):
         if not self.cifg:
             out["input_forget_weight"] = self.forget_gate_params.input_weight
         return out
-
-    def _first_gate(self) -> GateParams:
-        return self.input_gate_params
 
     @property
     def quantizers_to_share(self) -> Dict[str, nn.Module]:

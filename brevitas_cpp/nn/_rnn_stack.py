@@ -105,20 +105,8 @@ class QuantRecurrentStackBase(nn.Module):
                 directions.append(right_to_left)
             layers.append(nn.ModuleList(directions))
         self.layers = nn.ModuleList(layers)
-        first = self.layers[0][0]
-        bias_quant = first._first_gate().bias_quant
-        if (
-            first._first_gate().bias is not None
-            and bias_quant.is_quant_enabled
-            and getattr(bias_quant, "requires_input_scale", False)
-            and not first.io_quant.is_quant_enabled
-        ):
-            raise RuntimeError(
-                f"{name}: bias_quant={getattr(bias_quant.quant_injector, '__name__', '?')} takes "
-                f"its scale from the input (input scale * weight scale), but io_quant=None leaves "
-                f"the input unquantized; give io_quant a quantizer, or use bias_quant=None or a "
-                f"bias quantizer with its own scale"
-            )
+        # A bias quantizer that takes its scale from the input (Int32Bias) with io_quant=None
+        # is refused when it runs, as in Brevitas: a QuantTensor input gives it that scale.
 
     @staticmethod
     def _routed(

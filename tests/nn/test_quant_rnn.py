@@ -495,11 +495,6 @@ def test_bidirectional_is_read_by_its_truth_value() -> None:
             RuntimeError,
             "cell_state_quant",
         ),
-        (
-            lambda: qnn.QuantRNN(3, 4, io_quant=None),
-            RuntimeError,
-            "bias_quant=Int32Bias.*io_quant=None",
-        ),
         (lambda: qnn.QuantRNN(3, 4, weight_bitwidth=4), TypeError, "weight_bitwidth"),
         (lambda: qnn.QuantLSTM(3, 4, foo=1), TypeError, "foo=1.*prefixes"),
         (lambda: qnn.QuantLSTM(3, 4, batch_first=1), TypeError, "batch_first must be a bool"),
@@ -508,6 +503,57 @@ def test_bidirectional_is_read_by_its_truth_value() -> None:
 def test_bad_construction_names_the_argument(make, error, match) -> None:
     with pytest.raises(error, match=match):
         make()
+
+
+def _quant_input(x: torch.Tensor, scale: float = 0.05) -> IntQuantTensor:
+    as_tensor = torch.tensor(scale)
+    value = torch.clamp(torch.round(x / scale), -128, 127) * scale
+    return IntQuantTensor(value, as_tensor, torch.tensor(0.0), torch.tensor(8.0), True, False)
+
+
+def test_input_scale_bias_without_io_quant_is_refused_when_it_runs() -> None:
+    """Brevitas's moment and phrase (issue 32): QuantRNN(io_quant=None) with its default
+    Int32Bias builds, a plain input fails in forward with "Input scale required", and a
+    QuantTensor input gives the bias its scale, input scale x weight scale."""
+    torch.manual_seed(0)
+    model = qnn.QuantRNN(3, 5, io_quant=None, gate_acc_quant=None)
+    x = torch.randn(4, 2, 3)
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Input scale required: QuantRNN: bias_quant=Int32Bias .*io_quant=None and a "
+        r"plain Tensor input",
+    ):
+        model(x)
+    qx = _quant_input(x)
+    with torch.no_grad():
+        out, h_n = model(qx)
+        gate = model.layers[0][0].gate_params
+        w_ih = gate.input_weight.weight_quant(gate.input_weight.weight)
+        w_hh = gate.hidden_weight.weight_quant(gate.hidden_weight.weight)
+        bias_scale = 0.05 * w_ih.scale
+        b = torch.clamp(torch.round(gate.bias / bias_scale), -(2**31), 2**31 - 1) * bias_scale
+        h = torch.zeros(2, 5)
+        expected = []
+        for t in range(4):
+            h = torch.tanh(F.linear(qx.value[t], w_ih.value) + F.linear(h, w_hh.value) + b)
+            expected.append(h)
+    torch.testing.assert_close(out, torch.stack(expected), rtol=1e-6, atol=1e-6)
+
+
+def test_input_scale_bias_errors_name_what_is_unquantized() -> None:
+    x = _quant_input(torch.randn(4, 2, 3))
+    # The second layer's input is the first one's output, unquantized without io_quant.
+    stacked = qnn.QuantLSTM(3, 4, num_layers=2, io_quant=None)
+    with pytest.raises(RuntimeError, match=r"^Input scale required: QuantLSTM: .*previous layer"):
+        stacked(x)
+    no_weight = qnn.QuantLSTM(3, 4, weight_quant=None)
+    with pytest.raises(RuntimeError, match=r"^Input scale required: .*weight_quant=None"):
+        no_weight(torch.randn(4, 2, 3))
+    # Without bias, or with a bias quantizer of its own scale, nothing is missing.
+    qnn.QuantLSTM(3, 4, io_quant=None, bias=False)(torch.randn(4, 2, 3))
+    qnn.QuantLSTM(3, 4, io_quant=None, bias_quant=qquant.Int8BiasPerTensorFloatInternalScaling)(
+        torch.randn(4, 2, 3)
+    )
 
 
 def test_bad_forward_input_names_the_argument() -> None:

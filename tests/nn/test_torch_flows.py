@@ -14,7 +14,7 @@ from torch import nn
 
 from brevitas_cpp import nn as qnn
 from brevitas_cpp.config import JIT_ENABLED
-from brevitas_cpp.quant import Int8ActPerTensorFloat
+from brevitas_cpp.quant import Int8ActPerTensorFloat, Int32Bias
 
 LSTM_PREFIXES = ("io_", "gate_acc_", "sigmoid_", "tanh_", "cell_state_")
 MHA_PREFIXES = (
@@ -264,6 +264,27 @@ def test_float16_statistics_stop_at_the_smallest_normal_scale():
     assert out.scale.item() == torch.finfo(torch.float16).tiny
     wide = qnn.QuantIdentity().train()
     assert wide.act_quant(zeros).scale.item() == torch.tensor(1e-10 / 128).item()
+
+
+def test_float16_bias_is_quantized_in_float32_below_float16_normal_scales():
+    """Int32Bias's scale, input scale x weight scale, is below float16's smallest normal number
+    (2^-14, the least scale the ops take) for most 8-bit scales: the bias is quantized in
+    float32, where that scale is normal, and returned in float16: round(b / s) * s in float32."""
+    torch.manual_seed(0)
+    layer = qnn.QuantLinear(
+        6, 3, input_quant=Int8ActPerTensorFloat, bias_quant=Int32Bias, **short_warmup("input_")
+    ).half()
+    x = (0.1 * torch.randn(4, 6)).half()
+    layer(x)  # one statistics step
+    layer.eval()
+    quant_x, quant_w = layer.input_quant(x), layer.weight_quant(layer.weight)
+    scale = quant_x.scale * quant_w.scale  # in float16, as the layer computes it
+    assert 0 < scale.item() < torch.finfo(torch.float16).tiny
+    quant_b = layer.bias_quant(layer.bias, quant_x, quant_w)
+    expected = torch.round(layer.bias.float() / scale.float()) * scale.float()
+    assert quant_b.value.dtype == torch.float16
+    assert torch.equal(quant_b.value, expected.half())
+    assert layer(x).dtype == torch.float16
 
 
 @pytest.mark.parametrize(

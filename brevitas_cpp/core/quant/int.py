@@ -51,7 +51,22 @@ def _hold_prescaled_blocks(block: Module, int_quant: Module, bit_width_impl: Mod
     block.zero_point = StatelessBuffer(torch.tensor(0.0))
 
 
-class PrescaledRestrictIntQuantWithInputBitWidth(jit.ScriptModule):
+class _PrescaledIntQuant(jit.ScriptModule):
+    """What the quantizers with a given scale share: int_quant, in float32 for a float16 x."""
+
+    @jit.script_method
+    def quantize(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:
+        """int_quant(scale, zero_point, bit_width, x). A bias's scale (input scale x weight scale,
+        e.g. 6e-5 for two 8-bit scales near 8e-3) is mostly below float16's smallest normal
+        number, 2^-14, which the ops refuse: a float16 x is quantized in float32, where such a
+        scale is normal, and returned in float16."""
+        if x.dtype == torch.float16:
+            y = self.int_quant(scale.float(), zero_point.float(), bit_width.float(), x.float())
+            return y.to(x.dtype)
+        return self.int_quant(scale, zero_point, bit_width, x)
+
+
+class PrescaledRestrictIntQuantWithInputBitWidth(_PrescaledIntQuant):
     """Quantize x with a given scale, zero point 0, and a bit width derived from the input's.
 
     forward(x, scale, input_bit_width) -> (y, scale, zero_point, bit_width) where
@@ -65,11 +80,11 @@ class PrescaledRestrictIntQuantWithInputBitWidth(jit.ScriptModule):
     def forward(self, x: Tensor, scale: Tensor, input_bit_width: Tensor) -> QuantBlockOutput:
         bit_width = self.msb_clamp_bit_width_impl(input_bit_width)
         zero_point = self.zero_point()
-        y = self.int_quant(scale, zero_point, bit_width, x)
+        y = self.quantize(scale, zero_point, bit_width, x)
         return y, scale, zero_point, bit_width
 
 
-class PrescaledRestrictIntQuant(jit.ScriptModule):
+class PrescaledRestrictIntQuant(_PrescaledIntQuant):
     """Quantize x with a given scale, zero point 0 and the bit width of bit_width_impl().
 
     forward(x, scale) -> (y, scale, zero_point, bit_width)."""
@@ -82,7 +97,7 @@ class PrescaledRestrictIntQuant(jit.ScriptModule):
     def forward(self, x: Tensor, scale: Tensor) -> QuantBlockOutput:
         msb_clamp_bit_width = self.msb_clamp_bit_width_impl()
         zero_point = self.zero_point()
-        y = self.int_quant(scale, zero_point, msb_clamp_bit_width, x)
+        y = self.quantize(scale, zero_point, msb_clamp_bit_width, x)
         return y, scale, zero_point, msb_clamp_bit_width
 
 

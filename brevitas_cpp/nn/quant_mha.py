@@ -190,10 +190,6 @@ class QuantMultiheadAttention(nn.Module):
             "Trace it (torch.jit.trace) or compile it (torch.compile) instead.",
         )
 
-    def _reset_parameters(self) -> None:
-        projections = (
-            [self.in_proj] if self.in_proj is not None else [self.q_proj, self.k_proj, self.v_proj]
-        )
     def _apply(self, fn, recurse=True):
         # A quantizer reads the layer's weight as a parameter of its own (the same object):
         # moving to or from 'meta' must leave it so (brevitas_cpp.proxy.materialize).
@@ -208,6 +204,10 @@ class QuantMultiheadAttention(nn.Module):
         self._reset_parameters()
         reset_quantizers(self)
 
+    def _reset_parameters(self) -> None:
+        projections = (
+            [self.in_proj] if self.in_proj is not None else [self.q_proj, self.k_proj, self.v_proj]
+        )
         for proj in projections:
             xavier_uniform_(proj.weight)
         for proj in projections:

@@ -8,8 +8,8 @@ from typing import Any, Optional, Protocol, Tuple, Union, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp import jit
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.hooks import global_module_hooks, module_hooks
 from brevitas_cpp.core.quant._learned_act import learned_act_forward
@@ -164,18 +164,18 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         self.cache_class = None
         self.skip_create_quant_tensor = False
 
-    @property
-    def input_view_impl(self) -> nn.Module:
-        fused = self.fused_activation_quant_proxy
-        if fused is not None and not isinstance(fused.tensor_quant, _TensorQuantDisabledIdentity):
-            return fused.tensor_quant.int_quant.input_view_impl
-        return nn.Identity()
     def built_quantizer(self) -> Optional[nn.Module]:
         fused = self.fused_activation_quant_proxy
         if fused is None or isinstance(fused.tensor_quant, _TensorQuantDisabledIdentity):
             return None
         return fused.tensor_quant
 
+    @property
+    def input_view_impl(self) -> nn.Module:
+        fused = self.fused_activation_quant_proxy
+        if fused is not None and not isinstance(fused.tensor_quant, _TensorQuantDisabledIdentity):
+            return fused.tensor_quant.int_quant.input_view_impl
+        return nn.Identity()
 
     def internal_forward(self, force_eval: bool):
         """The quantizer run on a placeholder, to read its scale etc. (in eval if force_eval:

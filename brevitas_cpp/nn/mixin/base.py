@@ -20,19 +20,19 @@ import difflib
 import inspect
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from inspect import isclass
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Union
 
-from functools import partial
 import torch
 from torch import Tensor, nn
 
 from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.inject import ExtendedInjector, Injector
+from brevitas_cpp.proxy.materialize import apply_keeping_ties, reset_quantizers
 from brevitas_cpp.proxy.script import QuantTuple, ScriptableQuantModule, script_error
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
-from brevitas_cpp.proxy.materialize import apply_keeping_ties, reset_quantizers
 from ._brevitas_keywords import QUANTIZER_NAMES as BREVITAS_QUANTIZER_NAMES
 from .utils import filter_kwargs, is_brevitas_keyword, quantizer_vocabulary
 
@@ -209,6 +209,22 @@ class QuantProxyMixin(ScriptableQuantModule, metaclass=_FinishesConstruction):
             )
         setattr(self, proxy_name, quant)
 
+    def _apply(self, fn, recurse=True):
+        # A quantizer reads the layer's weight as a parameter of its own (the same object):
+        # moving to or from 'meta' must leave it so (brevitas_cpp.proxy.materialize).
+        return apply_keeping_ties(self, partial(super()._apply, fn, recurse))
+
+    def reset_parameters(self) -> None:
+        """The torch layer's reset_parameters (the float weights, e.g. nn.Linear's), then every
+        quantizer of the layer rebuilt as when it was built (brevitas_cpp.proxy.materialize).
+        After to_empty() (a model built on the meta device) this, or load_state_dict(), gives
+        the layer's tensors their values."""
+        torch_reset = getattr(super(), "reset_parameters", None)
+        if torch_reset is not None:
+            torch_reset()
+        # Called by the torch layer's __init__ too, before any proxy exists: then a no-op.
+        reset_quantizers(self)
+
     def _proxy_class(self, injector: Any, proxy_name: str) -> type:
         try:
             return injector.proxy_class
@@ -234,22 +250,6 @@ class QuantLayerMixin(ScriptableQuantModule):
                 f"{_layer_name(self)}: return_quant_tensor must be a bool, got "
                 f"{return_quant_tensor!r} ({type(return_quant_tensor).__name__})"
             )
-    def _apply(self, fn, recurse=True):
-        # A quantizer reads the layer's weight as a parameter of its own (the same object):
-        # moving to or from 'meta' must leave it so (brevitas_cpp.proxy.materialize).
-        return apply_keeping_ties(self, partial(super()._apply, fn, recurse))
-
-    def reset_parameters(self) -> None:
-        """The torch layer's reset_parameters (the float weights, e.g. nn.Linear's), then every
-        quantizer of the layer rebuilt as when it was built (brevitas_cpp.proxy.materialize).
-        After to_empty() (a model built on the meta device) this, or load_state_dict(), gives
-        the layer's tensors their values."""
-        torch_reset = getattr(super(), "reset_parameters", None)
-        if torch_reset is not None:
-            torch_reset()
-        # Called by the torch layer's __init__ too, before any proxy exists: then a no-op.
-        reset_quantizers(self)
-
         self.accept_quant_tensor = True
         self.return_quant_tensor = return_quant_tensor
 

@@ -15,7 +15,6 @@ Two things make that work for quant layers:
 
 from typing import Callable, Dict, List, Tuple
 
-import torch
 from torch import nn
 
 from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector
@@ -55,6 +54,3 @@ def reset_quantizers(module: nn.Module) -> None:
     for proxy in module.modules():
         if isinstance(proxy, QuantProxyFromInjector):
             proxy.rebuild_tensor_quant()
-            # The placeholder input scale() reads with: a constant 0, not state.
-            with torch.no_grad():
-                proxy._zero_hw_sentinel.value.zero_()

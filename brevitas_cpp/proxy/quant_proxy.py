@@ -222,6 +222,10 @@ class QuantProxyFromInjector(
         if placement is not None:
             self.to(device=placement[0], dtype=placement[1])
         _reuse_tensors(self, previous)
+        # The placeholder input scale() reads with is a constant 0, not state: after to_empty()
+        # it holds whatever the memory held.
+        with torch.no_grad():
+            self._zero_hw_sentinel.value.zero_()
 
     def built_quantizer(self) -> Optional[nn.Module]:
         """The quantizer block tree the proxy runs (None when it quantizes nothing)."""

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_same, rand, ref_int_quant
+from helpers import assert_same, brevitas_format, rand, ref_int_quant
 
 from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.nn.quant_activation import (
@@ -455,14 +455,21 @@ def test_state_dict_before_and_during_collection():
     assert list(sd) == [VALUE_KEY]
     assert torch.equal(sd[VALUE_KEY], running)
 
+    # A Brevitas checkpoint's scale is final: collection is over, training uses it as the
+    # learned parameter.
     fresh = QuantReLU()
-    fresh.load_state_dict(sd)
-    # A loaded scale is final: collection is over, training uses it as the learned parameter.
+    fresh.load_state_dict(brevitas_format(sd))
     x3 = rand((2, 6), seed=27)
     assert torch.equal(fresh(x3), ref_fixed(F.relu(x3), running / 255.0))
     fresh.eval()
     m.eval()
     assert torch.equal(fresh(x3), m(x3))
+    # Ours records the collection's progress: it goes on, the third batch into the average.
+    resumed = QuantReLU()
+    resumed.load_state_dict(sd)
+    m.train()
+    assert torch.equal(resumed(x3), m(x3))
+    assert torch.equal(resumed.state_dict()[VALUE_KEY], m.state_dict()[VALUE_KEY])
 
 
 def test_state_dict_round_trip_of_a_learned_scale():

@@ -220,13 +220,13 @@ def test_runtime_stats_state_dict_round_trip(monkeypatch):
     # Missing statistics are an error in a checkpoint with the block (as in Brevitas) unless
     # IGNORE_MISSING_KEYS; a checkpoint without the block (a float model's) is complete.
     assert _runtime(0.1).load_state_dict({}, strict=True).missing_keys == []
-
     brevitas_empty = brevitas_format({})
     assert _runtime(0.1).load_state_dict(brevitas_empty, strict=False).missing_keys == [
         "running_stats"
     ]
     monkeypatch.setattr(config, "IGNORE_MISSING_KEYS", True)
     assert _runtime(0.1).load_state_dict(brevitas_empty, strict=True).missing_keys == []
+
 
 def test_runtime_stats_dtype_and_initial_value():
     block = _runtime(0.1, dtype=torch.float64)

@@ -96,6 +96,15 @@ def _q8_backward(grad=None, x=None, clip_threshold=None):
     )
 
 
+# What the scale check of int_quant, relu_int_quant and float_quant says (their backward ops too).
+NORMAL_SCALE = "scale must be a normal positive finite number"
+
+
+def _subnormal(dtype: torch.dtype) -> torch.Tensor:
+    """A quarter of dtype's smallest normal: a subnormal scale."""
+    return torch.tensor(torch.finfo(dtype).tiny / 4, dtype=dtype)
+
+
 def _fq(x=None, scale=None, **kw):
     """float_quant (OCP e4m3) with valid arguments except those given."""
     args = dict(exponent_bit_width=4, mantissa_bit_width=3, exponent_bias=7, max_value=448.0)
@@ -206,7 +215,7 @@ def cases() -> List[BadInput]:
             f"int_quant-scale-{v}",
             lambda v=v: _int_quant(scale=_t(v)),
             "int_quant",
-            "scale must be positive and finite",
+            NORMAL_SCALE,
         )
     add(
         "int_quant-zero-point-nan",
@@ -268,7 +277,7 @@ def cases() -> List[BadInput]:
         lambda: _amq(w=torch.zeros(2, 5)),
         amq,
         "scale",
-        "positive and finite",
+        "normal positive finite",
     )
     add(
         "_abs_max_int_quant_backward-grad-shape",
@@ -500,6 +509,99 @@ def cases() -> List[BadInput]:
     add("float_quant-scale-dtype", lambda: _fq(scale=_t(0.5).double()), fq, "scale", "dtype")
     add("float_quant-scale-shape", lambda: _fq(scale=torch.ones(3)), fq, "scale", "broadcast")
     add("float_quant-int-x", lambda: _fq(x=_ints()), fq, "x must be a floating-point tensor")
+    # Subnormal scales (issue 29): x / s, and the scale's gradient (x / s) / s, would overflow.
+    for dtype, bound in [
+        (torch.float32, "(>= 1.17549e-38 for float32)"),
+        (torch.float64, "(>= 2.22507e-308 for float64)"),
+        (torch.float16, "(>= 6.10352e-05 for float16)"),
+        (torch.bfloat16, "(>= 1.17549e-38 for bfloat16)"),
+    ]:
+        name = str(dtype).replace("torch.", "")
+        x, s = (lambda d=dtype: _x().to(d)), (lambda d=dtype: _subnormal(d))
+        z = lambda d=dtype: torch.zeros((), dtype=d)  # noqa: E731
+        add(
+            f"int_quant-scale-subnormal-{name}",
+            lambda x=x, s=s, z=z: _int_quant(x=x(), scale=s(), zp=z()),
+            "brevitas_cpp::int_quant",
+            NORMAL_SCALE,
+            bound,
+        )
+        add(
+            f"float_quant-scale-subnormal-{name}",
+            lambda x=x, s=s: _fq(x=x(), scale=s()),
+            fq,
+            NORMAL_SCALE,
+            bound,
+        )
+        add(
+            f"relu_int_quant-scale-subnormal-{name}",
+            lambda x=x, s=s, z=z: ops.relu_int_quant(x(), s(), z(), _t(8.0), True, False),
+            "brevitas_cpp::relu_int_quant",
+            NORMAL_SCALE,
+            bound,
+        )
+    add(
+        "float_quant-scale-1e-40",  # the issue's call: all NaN before
+        lambda: ops.float_quant(
+            torch.randn(4), _t(1e-40), 4, 3, 7, 448.0, True, True, False, False, "round"
+        ),
+        fq,
+        NORMAL_SCALE,
+        "got 9.99995e-41",
+    )
+    add(
+        "_float_quant_backward-scale-1e-45",
+        lambda: ops._float_quant_backward(
+            _x(), _x(), _t(1e-45), 4, 3, 7, 448.0, True, True, False, False, "round", [True, True]
+        ),
+        "brevitas_cpp::_float_quant_backward",
+        NORMAL_SCALE,
+    )
+    add(
+        "_int_quant_with_mask-scale-subnormal",
+        lambda: ops._int_quant_with_mask(_x(), _t(1e-40), _t(0.0), _t(8.0), True, False),
+        "brevitas_cpp::int_quant",
+        NORMAL_SCALE,
+    )
+    add(
+        "_int_quant_backward-scale-subnormal",
+        lambda: _int_quant_backward(scale=_t(1e-40)),
+        "brevitas_cpp::_int_quant_backward",
+        NORMAL_SCALE,
+    )
+    # x > 0: at x <= 0 ReLU's mask gives x's gradient 0 whatever the scale (NaN elsewhere on a GPU).
+    add(
+        "_relu_int_quant_backward-scale-subnormal",
+        lambda: ops._relu_int_quant_backward(
+            _x(),
+            _x().abs() + 0.5,
+            _t(1e-40),
+            _t(0.0),
+            _t(8.0),
+            True,
+            False,
+            "round",
+            False,
+            [True] * 4,
+        ),
+        "brevitas_cpp::_relu_int_quant_backward",
+        NORMAL_SCALE,
+    )
+    # A subnormal statistic without scaling_min_val: the scale it gives is subnormal.
+    add(
+        "abs_max_int_quant-subnormal-w",
+        lambda: ops.abs_max_int_quant(_x() * 1e-39, _t(8.0), None, True, True, None, "round"),
+        "brevitas_cpp::abs_max_int_quant",
+        "the scale max|w| / threshold must be a normal positive finite number",
+        "without scaling_min_val",
+    )
+    add(
+        "abs_percentile_int_quant-subnormal-x",
+        lambda: ops.abs_percentile_int_quant(_x() * 1e-39, None, _t(8.0), 9, True, False),
+        "brevitas_cpp::abs_percentile_int_quant",
+        "must be a normal positive finite number",
+        "without scaling_min_val",
+    )
     add(
         "float_quant-half-max-value",
         lambda: _fq(x=_x().half(), scale=_t(0.5).half(), exponent_bit_width=8, max_value=1e38),

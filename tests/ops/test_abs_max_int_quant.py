@@ -210,6 +210,44 @@ def test_gradients_reduced_precision(dtype):
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_subnormal_weights_vs_composition(dtype):
+    """Subnormal weights (issue 29): channel 0's max|w| is normal, channel 1's subnormal and
+    lifted by scaling_min_val (Brevitas's stock 1e-10; 1e-2 in float16, which holds no 1e-10).
+    Values bit for bit, w's gradient finite and the composition's. Without scaling_min_val
+    channel 1's scale is subnormal: the op raises, where the composition's scale gradient
+    overflows ((w / s) / s) and w's gradient at that channel's maximum is not finite."""
+    tiny, eps = torch.finfo(dtype).tiny, torch.finfo(dtype).eps
+    w = torch.tensor(
+        [[0.5, -tiny / 4, 0.25, tiny * eps], [tiny / 4, -tiny / 2, 0.0, 3 * tiny / 4]],
+        dtype=torch.float64,
+    ).to(dtype)
+    min_val = 1e-2 if dtype == torch.float16 else 1e-10
+    bw = torch.tensor(8.0, dtype=dtype)
+    g = rand(w.shape, seed=3).to(dtype)
+    tol = {torch.float32: F32_GRAD_TOL, torch.float64: dict(rtol=1e-12, atol=1e-12)}
+    for dim in (None, 0):
+        y, s = abs_max_int_quant(w, bw, dim, True, True, min_val, "round", False)
+        ry, rs = ref_abs_max_int_quant(w, bw, dim, True, True, min_val, "round", False)
+        assert_bitwise(s, rs)
+        assert_bitwise(y, ry)
+        got = _grads(
+            lambda v: abs_max_int_quant(v, bw, dim, True, True, min_val, "round", False), w, g, None
+        )
+        want = _grads(
+            lambda v: ref_abs_max_int_quant(v, bw, dim, True, True, min_val, "round", False),
+            w,
+            g,
+            None,
+        )
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, **tol.get(dtype, dict(rtol=1e-2, atol=1e-2)))
+    with pytest.raises(RuntimeError, match="abs_max_int_quant: the scale .* in channel 1"):
+        abs_max_int_quant(w, bw, 0, True, True, None)
+    want = _grads(lambda v: ref_abs_max_int_quant(v, bw, 0, True, True, None), w, g, None)
+    assert not torch.isfinite(want[1]).all()
+
+
 def test_per_tensor_gradient_spread_over_ties():
     """torch.max over everything gives each tied maximum an equal share."""
     w = torch.tensor([0.5, -2.0, 2.0, 1.0, -2.0], dtype=torch.float64, requires_grad=True)
@@ -380,10 +418,10 @@ def _call(w=None, bw=None, dim=0, min_val=None, mode="round"):
         (dict(bw=torch.tensor(33.0)), ("abs_max_int_quant", "bit_width")),
         (dict(bw=torch.tensor(8.0, device="meta")), ("abs_max_int_quant", "bit_width", "device")),
         (dict(mode="nearest"), ("abs_max_int_quant", "rounding_mode")),
-        (dict(w=torch.zeros(4, 3)), ("abs_max_int_quant", "scale", "positive and finite")),
+        (dict(w=torch.zeros(4, 3)), ("abs_max_int_quant", "scale", "normal positive finite")),
         (
             dict(w=torch.full((4, 3), float("nan"))),
-            ("abs_max_int_quant", "scale", "positive and finite"),
+            ("abs_max_int_quant", "scale", "normal positive finite"),
         ),
     ],
 )

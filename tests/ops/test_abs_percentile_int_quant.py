@@ -184,6 +184,47 @@ def test_gradients_vs_composition(dtype, relu, clamp_ste, use_scale):
                 assert_bitwise(gv, cv)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("relu", [False, True])
+def test_subnormal_x_vs_composition(dtype, relu):
+    """x with subnormal values (issue 29). k = n selects a normal |x|; k = n - 2 a subnormal one,
+    which scaling_min_val lifts (Brevitas's stock 1e-10; in float16, which holds no 1e-10, 1.0,
+    where the scale's gradient term (x / s) / s stays in float16's range): values bit for bit,
+    x's gradient finite and the composition's around the int_quant op.
+    Without scaling_min_val the scale would be subnormal: the op raises at its own check, the
+    composition at int_quant's."""
+    tiny, eps = torch.finfo(dtype).tiny, torch.finfo(dtype).eps
+    values = [tiny / 4, -tiny / 2, tiny * eps, 3 * tiny / 4, -tiny * eps, 0.0, 0.5, -1.5]
+    x = torch.tensor(values, dtype=torch.float64).to(dtype)
+    n, b = x.numel(), torch.tensor(8.0, dtype=dtype)
+    g = rand(x.shape, dtype, seed=2)
+    for k, min_val in [(n, None), (n, 1e-10), (n - 2, 1.0 if dtype == torch.float16 else 1e-10)]:
+        y, s, st, i = abs_percentile_int_quant(x, None, b, k, True, False, min_val, relu=relu)
+        wy, ws, wst, wi = ref_forward(x, None, b, k, True, False, min_val, "round", False, relu)
+        assert int(i) == wi
+        for got, want in ((st, wst), (s, ws), (y, wy)):
+            assert_bitwise(got, want)
+        grads = []
+        for quant in (None, int_quant):
+            xx = x.clone().requires_grad_()
+            if quant is None:
+                y, s, _, _ = abs_percentile_int_quant(
+                    xx, None, b, k, True, False, min_val, relu=relu
+                )
+            else:
+                y, s, _, _ = ref_forward(
+                    xx, None, b, k, True, False, min_val, "round", False, relu, quant
+                )
+            ((y * g).sum() + s).backward()
+            grads.append(xx.grad)
+        assert torch.isfinite(grads[0]).all()
+        assert_bitwise(grads[0], grads[1], signed_zero=False)
+    with pytest.raises(RuntimeError, match="abs_percentile_int_quant: the scale"):
+        abs_percentile_int_quant(x, None, b, n - 2, True, False, None, relu=relu)
+    with pytest.raises(RuntimeError, match="int_quant: scale must be a normal"):
+        ref_forward(x, None, b, n - 2, True, False, None, "round", False, relu, int_quant)
+
+
 @pytest.mark.parametrize("relu", [False, True])
 def test_only_the_scale_used(relu):
     """y unused (only the scale reaches the loss): as in the composition, int_quant's backward
@@ -400,10 +441,13 @@ def _backward_call(grad=None, index=None):
             r"abs_percentile_int_quant.*scaling_min_val",
         ),
         (lambda: _call(mode="nearest"), r"abs_percentile_int_quant.*rounding_mode"),
-        (lambda: _call(x=torch.zeros(6)), r"abs_percentile_int_quant.*scale.*positive and finite"),
+        (
+            lambda: _call(x=torch.zeros(6)),
+            r"abs_percentile_int_quant.*scale.*normal positive finite",
+        ),
         (
             lambda: _call(x=torch.tensor([1.0, float("nan")]), k=2),
-            r"abs_percentile_int_quant.*scale.*positive and finite",
+            r"abs_percentile_int_quant.*scale.*normal positive finite",
         ),
         (lambda: _backward_call(grad=torch.ones(4)), r"_abs_percentile_int_quant_backward.*grad"),
         (

@@ -345,13 +345,48 @@ def test_invalid_values_give_nan_on_the_gpu():
         assert torch.isfinite(y[:4]).all() and torch.isnan(y[4:]).all(), name
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_subnormal_scales_on_the_gpu(dtype):
+    """Where the CPU kernels raise on a subnormal scale (int_quant, float_quant and their
+    backward ops), the GPU computes with NaN for it: every output of that channel that reads the
+    scale is NaN, the normal channel's are the CPU's. The binary and ternary quantizers take it,
+    exactly (sign(x) * s), as on the CPU."""
+    tiny = torch.finfo(dtype).tiny
+    x = make_x((2, 6), "contiguous", dtype)
+    s = torch.tensor([[0.5], [tiny / 4]], dtype=dtype)
+    z, b = torch.zeros((), dtype=dtype), torch.tensor(8.0)
+    xc, sc, zc, bc = to_cuda([x, s, z, b])
+    g = torch.ones_like(xc)
+    y = OPS.int_quant(xc, sc, zc, bc, True, False, "round", False)
+    want = OPS.int_quant(x, s[:1], z, b, True, False, "round", False)[0]
+    assert_bitwise(y[0].cpu(), want)
+    assert torch.isnan(y[1]).all()
+    gx, gs, gz, _ = OPS._int_quant_backward(
+        g, xc, None, sc, zc, bc, True, False, "round", False, [True, True, True, True]
+    )
+    assert torch.isnan(gx[1]).all() and torch.isnan(gs[1]).all() and torch.isnan(gz)
+    assert torch.isfinite(gx[0]).all() and torch.isfinite(gs[0]).all()
+    fmt = (4, 3, 7, 448.0, True, True, False, False, "round")
+    y = OPS.float_quant(xc, sc, *fmt)
+    assert torch.isfinite(y[0]).all() and torch.isnan(y[1]).all()
+    gx, gs = OPS._float_quant_backward(g, xc, sc, *fmt, [True, True])
+    assert torch.isnan(gx[1]).all() and torch.isnan(gs[1]).all() and torch.isfinite(gs[0]).all()
+    for fn, ref in SCALED.values():
+        assert_bitwise(fn(xc, sc).cpu(), ref(x, s))
+
+
 def test_bad_input_table_raises_the_cpu_messages_on_the_gpu():
     """Every case of the CPU table, with its tensors made on the GPU, raises the CPU kernel's
     message there; the value checks (scale, zero point, bit width: values the CPU kernels read
     and the GPU ones never copy to the host) give NaN instead. Every wrong case is named."""
     from bad_input_cases import cases
 
-    value_checks = ("must be positive and finite", "bit_width must be an integer", "zero-point-nan")
+    value_checks = (
+        "must be positive and finite",
+        "normal positive finite",
+        "bit_width must be an integer",
+        "zero-point-nan",
+    )
     # abs_max_int_quant's scale and bit width reach int_quant's CUDA kernel as device values;
     # float_quant's scale is read on the device too.
     value_cases = {

@@ -228,7 +228,7 @@ def test_bad_input_names_the_argument(kwargs, fragment):
     with pytest.raises(RuntimeError, match="brevitas_cpp::float_quant") as error:
         OPS.float_quant(torch.randn(3), torch.ones(()), *args.values())
     assert fragment in str(error.value)
-    with pytest.raises(RuntimeError, match="scale must be positive and finite"):
+    with pytest.raises(RuntimeError, match="scale must be a normal positive finite number"):
         OPS.float_quant(torch.randn(3), torch.zeros(()), 4, 3, 7, 448.0)
     with pytest.raises(RuntimeError, match="scale must have the dtype of x"):
         OPS.float_quant(torch.randn(3), torch.ones((), dtype=torch.float64), 4, 3, 7, 448.0)

@@ -917,12 +917,11 @@ def test_bad_scale_shape():
     ],
 )
 def test_bad_scale_value(value, text):
-    with pytest.raises(
-        RuntimeError, match=rf"int_quant: scale must be positive and finite, got {text}\b"
-    ):
+    normal = r"scale must be a normal positive finite number \(>= 1.17549e-38 for float32\)"
+    with pytest.raises(RuntimeError, match=rf"int_quant: {normal}, got {text}\b"):
         _call(scale=torch.tensor(value))
     per_channel = torch.tensor([[0.5], [value]])
-    with pytest.raises(RuntimeError, match=rf"scale must be positive and finite, got {text}\b"):
+    with pytest.raises(RuntimeError, match=rf"{normal}, got {text} at flat index 1\b"):
         _call(scale=per_channel)
 
 

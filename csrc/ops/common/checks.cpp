@@ -54,7 +54,8 @@ void check_single_value(const at::Tensor& t, const char* op, const char* arg) {
 }
 
 namespace {
-// Index and value of the first element of a CPU tensor failing `ok`, or -1.
+// Index and value of the first element of a CPU tensor failing `ok` (called with the element,
+// of the tensor's dtype), or -1.
 template <typename Pred>
 std::pair<int64_t, double> first_failing(const at::Tensor& t, Pred ok) {
   const at::Tensor c = t.contiguous();
@@ -62,27 +63,54 @@ std::pair<int64_t, double> first_failing(const at::Tensor& t, Pred ok) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.scalar_type(), "first_failing", [&] {
     const scalar_t* p = c.const_data_ptr<scalar_t>();
     for (int64_t i = 0; i < c.numel(); ++i) {
-      const double v = static_cast<double>(p[i]);
-      if (!ok(v)) {
-        bad = {i, v};
+      if (!ok(p[i])) {
+        bad = {i, static_cast<double>(p[i])};
         return;
       }
     }
   });
   return bad;
 }
+
+const char* dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    default:
+      return c10::toString(dtype);
+  }
+}
 }  // namespace
 
-void check_positive_finite(const at::Tensor& t, const char* op, const char* arg) {
-  if (!t.device().is_cpu()) return;  // Device-side checks belong to the device kernels.
-  const auto [index, value] = first_failing(t, [](double v) { return std::isfinite(v) && v > 0.0; });
-  TORCH_CHECK(index < 0, "brevitas_cpp::", op, ": ", arg, " must be positive and finite, got ", value,
-              " at flat index ", index, " (of shape ", t.sizes(), ")");
+std::string normal_scale_range(at::ScalarType dtype) {
+  double lo = 0.0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "normal_scale_range",
+                                  [&] { lo = static_cast<double>(scalar_math::smallest_normal<scalar_t>()); });
+  std::ostringstream s;
+  s << "a normal positive finite number (>= " << lo << " for " << dtype_name(dtype) << ")";
+  return s.str();
+}
+
+void check_scale(const at::Tensor& scale, ScaleRange range, const char* op) {
+  if (!scale.device().is_cpu()) return;  // Device-side checks belong to the device kernels.
+  const bool normal = range == ScaleRange::kNormal;
+  const auto [index, value] = first_failing(scale, [normal](auto v) {
+    return normal ? scalar_math::is_normal_scale(v) : scalar_math::isfinite_of(v) && v > decltype(v)(0);
+  });
+  TORCH_CHECK(index < 0, "brevitas_cpp::", op, ": scale must be ",
+              normal ? normal_scale_range(scale.scalar_type()) : std::string("positive and finite"), ", got ", value,
+              " at flat index ", index, " (of shape ", scale.sizes(), ")");
 }
 
 void check_finite(const at::Tensor& t, const char* op, const char* arg) {
   if (!t.device().is_cpu()) return;
-  const auto [index, value] = first_failing(t, [](double v) { return std::isfinite(v); });
+  const auto [index, value] = first_failing(t, [](auto v) { return scalar_math::isfinite_of(v); });
   TORCH_CHECK(index < 0, "brevitas_cpp::", op, ": ", arg, " must be finite, got ", value, " at flat index ", index,
               " (of shape ", t.sizes(), ")");
 }

@@ -6,6 +6,7 @@
 #include <c10/util/ArrayRef.h>
 
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace brevitas_cpp {
@@ -26,9 +27,17 @@ void check_broadcasts_to_input(const at::Tensor& t, const at::Tensor& x, const c
 // A tensor that must hold one value (bit width).
 void check_single_value(const at::Tensor& t, const char* op, const char* arg);
 
-// Value checks, run where the values live (CPU tensors are read directly).
-void check_positive_finite(const at::Tensor& t, const char* op, const char* arg);
+// Which scales an op accepts: positive and finite (binary and ternary quantizers, exact for any
+// such scale), or also normal in x's dtype (int_quant, float_quant: scalar_math::is_normal_scale).
+enum class ScaleRange { kPositive, kNormal };
+
+// Value checks, run where the values live (CPU tensors are read directly; the CUDA and composite
+// kernels give NaN instead).
+void check_scale(const at::Tensor& scale, ScaleRange range, const char* op);
 void check_finite(const at::Tensor& t, const char* op, const char* arg);
+
+// What kNormal accepts, for messages: "a normal positive finite number (>= 1.17549e-38 for float32)".
+std::string normal_scale_range(at::ScalarType dtype);
 
 // A bit width's metadata: one value of a real (integer or floating) dtype. Its value is
 // checked where it lives: by check_bit_width on the CPU, inside the kernels on a GPU.

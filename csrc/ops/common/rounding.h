@@ -4,6 +4,8 @@
 #pragma once
 
 #include <c10/macros/Macros.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <c10/util/string_view.h>
 
 #include <cmath>
@@ -94,6 +96,30 @@ C10_HOST_DEVICE inline bool isnan_of(T x) {
 template <typename T>
 C10_HOST_DEVICE inline bool isfinite_of(T x) {
   return std::isfinite(static_cast<opmath_t<T>>(x));
+}
+
+// The smallest positive normal number of T, in opmath_t<T> (exact there): 2^-126 for float32 and
+// bfloat16, 2^-14 for float16, 2^-1022 for float64.
+template <typename T>
+C10_HOST_DEVICE inline opmath_t<T> smallest_normal() {
+  return static_cast<opmath_t<T>>(std::numeric_limits<T>::min());
+}
+
+// A scale that int_quant and float_quant accept: normal, positive and finite (NaN fails). Below
+// the smallest normal m, x / s overflows once |x| passes 4 s / m (under 4), and the scale's
+// gradient, (x / s) / s, once |x / s| does: float_quant's grid and int_quant's scale gradient
+// would be NaN or inf.
+template <typename T>
+C10_HOST_DEVICE inline bool is_normal_scale(T s) {
+  const opmath_t<T> v = static_cast<opmath_t<T>>(s);
+  return v >= smallest_normal<T>() && std::isfinite(v);
+}
+
+// s, or NaN where the CPU kernels would raise on it (is_normal_scale): what the CUDA kernels
+// compute with, so every output that reads the scale is NaN, without a host read.
+template <typename T>
+C10_HOST_DEVICE inline T normal_scale_or_nan(T s) {
+  return is_normal_scale(s) ? s : static_cast<T>(std::numeric_limits<opmath_t<T>>::quiet_NaN());
 }
 
 // sign(x) as torch.sign computes it for non-NaN x: (x > 0) - (x < 0), so sign(±0) = +0.

@@ -2,6 +2,8 @@
 
 #include "ops/common/param_layout.h"
 
+#include <ATen/Dispatch.h>
+
 #include <limits>
 
 namespace brevitas_cpp::composite {
@@ -52,6 +54,18 @@ at::Tensor scalar_in_dtype_of(double v, const at::Tensor& x) {
 
 at::Tensor positive_finite(const at::Tensor& scale) {
   return at::logical_and(scale > 0, at::isfinite(scale));
+}
+
+at::Tensor normal_scale(const at::Tensor& scale) {
+  double lo = 0.0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, scale.scalar_type(), "normal_scale",
+                                  [&] { lo = static_cast<double>(scalar_math::smallest_normal<scalar_t>()); });
+  // lo is exact in the scale's dtype, so the comparison is the kernels' (NaN fails it).
+  return at::logical_and(scale >= lo, at::isfinite(scale));
+}
+
+at::Tensor normal_scale_or_nan(const at::Tensor& scale) {
+  return nan_where_invalid(scale, normal_scale(scale));
 }
 
 at::Tensor int_threshold(const at::Tensor& bit_width, bool is_signed, bool narrow_range, at::ScalarType dtype) {

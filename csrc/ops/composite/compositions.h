@@ -36,6 +36,14 @@ at::Tensor scalar_in_dtype_of(double v, const at::Tensor& x);
 // scale > 0 and finite, elementwise.
 at::Tensor positive_finite(const at::Tensor& scale);
 
+// scale normal (at least its dtype's smallest normal), positive and finite, elementwise
+// (scalar_math::is_normal_scale).
+at::Tensor normal_scale(const at::Tensor& scale);
+
+// scale, NaN where normal_scale is false (scalar_math::normal_scale_or_nan): a backward computed
+// with it gives NaN wherever it reads such a scale, as on CUDA.
+at::Tensor normal_scale_or_nan(const at::Tensor& scale);
+
 // IntScaling's threshold in bit_width's dtype, then `dtype`: 2^(b-1) - 1 signed narrow (the
 // composition's -(1 - 2^(b-1)), the same value: rounding is symmetric in sign), 2^(b-1)
 // signed, 2^b - 1 - narrow unsigned.

@@ -50,7 +50,7 @@ at::Tensor float_quant(const at::Tensor& x, const at::Tensor& scale, int64_t exp
   const MinifloatFormat f =
       ops::detail::check_float_quant_args(x, scale, exponent_bit_width, mantissa_bit_width, exponent_bias, max_value,
                                           is_signed, saturating, inf_values, nan_values, rounding_mode, "float_quant");
-  return as_output_like(nan_where_invalid(float_grid(x, scale, f).q * scale, positive_finite(scale)), x);
+  return as_output_like(nan_where_invalid(float_grid(x, scale, f).q * scale, normal_scale(scale)), x);
 }
 
 std::tuple<at::Tensor, at::Tensor> float_quant_backward(
@@ -60,7 +60,7 @@ std::tuple<at::Tensor, at::Tensor> float_quant_backward(
   const MinifloatFormat f = ops::detail::check_float_quant_args(
       x, scale, exponent_bit_width, mantissa_bit_width, exponent_bias, max_value, is_signed, saturating, inf_values,
       nan_values, rounding_mode, "_float_quant_backward");
-  const Grid g = float_grid(x, scale, f);
+  const Grid g = float_grid(x, normal_scale_or_nan(scale), f);  // NaN where the CPU kernel raises
   const at::Tensor through = at::where(g.passed, g.slope, at::zeros({}, g.slope.options()));
   const at::Tensor ga = grad.to(through.scalar_type());
   at::Tensor gx, gs;

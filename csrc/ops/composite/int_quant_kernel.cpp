@@ -39,13 +39,13 @@ Composed compose(const at::Tensor& x, const at::Tensor& scale, const at::Tensor&
   return {t, at::where(below, lo, c1), above, below};
 }
 
-// Where the CPU kernel would raise on a value: a scale not positive and finite, a non-finite
-// zero point, a bit width outside the integers [1, 32] (forward only: its NaN carries on).
+// Where the CPU kernel would raise on a value: a scale not normal, positive and finite, a
+// non-finite zero point, a bit width outside the integers [1, 32] (forward only: its NaN carries on).
 at::Tensor valid_values(const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width) {
   const at::Tensor bd = bit_width.reshape({}).to(at::kDouble);
   const at::Tensor valid_bits =
       at::logical_and(at::logical_and(at::isfinite(bd), bd == at::floor(bd)), at::logical_and(bd >= 1, bd <= 32));
-  return at::logical_and(at::logical_and(positive_finite(scale), at::isfinite(zero_point)), valid_bits);
+  return at::logical_and(at::logical_and(normal_scale(scale), at::isfinite(zero_point)), valid_bits);
 }
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& zero_point,
@@ -68,13 +68,15 @@ at::Tensor int_quant(const at::Tensor& x, const at::Tensor& scale, const at::Ten
 }
 
 // The gradients of the CPU kernel (csrc/ops/cpu/int_quant_kernel.cpp), each parameter's two
-// terms reduced apart (sum_to_size, in x's dtype) and added.
+// terms reduced apart (sum_to_size, in x's dtype) and added. A scale the CPU kernel raises on
+// computes as NaN (as on CUDA).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward(
     const at::Tensor& grad, const std::optional<at::Tensor>& x_opt, const std::optional<at::Tensor>& mask_opt,
-    const at::Tensor& scale, const at::Tensor& zero_point, const at::Tensor& bit_width, bool is_signed,
+    const at::Tensor& scale_in, const at::Tensor& zero_point, const at::Tensor& bit_width, bool is_signed,
     bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, std::array<bool, 4> output_mask) {
-  const auto args = ops::detail::check_int_quant_backward_args(grad, x_opt, mask_opt, scale, zero_point, bit_width,
+  const auto args = ops::detail::check_int_quant_backward_args(grad, x_opt, mask_opt, scale_in, zero_point, bit_width,
                                                                rounding_mode, clamp_ste, output_mask);
+  const at::Tensor scale = normal_scale_or_nan(scale_in);
   const at::Tensor& ref = args.ref;
   const bool has_mask = args.has_mask, want_params = args.want_params;
   const RoundingMode mode = args.mode;

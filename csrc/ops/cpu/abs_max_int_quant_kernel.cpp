@@ -143,11 +143,12 @@ std::tuple<at::Tensor, at::Tensor> abs_max_int_quant_cpu(const at::Tensor& w, co
     for (int64_t k = 0; k < K; ++k) {
       const scalar_t m = ps[k];
       ps[k] = scale_chain<scalar_t>(m, scaling_min_val, thr).scale;
-      const double s = static_cast<double>(ps[k]);
-      TORCH_CHECK(std::isfinite(s) && s > 0.0, "brevitas_cpp::", kOp, ": the scale max|w| / threshold must be ",
-                  "positive and finite, got ", s, " from max|w| = ", static_cast<double>(m),
-                  dim < 0 ? std::string() : " in channel " + std::to_string(k),
-                  " (w must be finite, and not all zero without scaling_min_val)");
+      TORCH_CHECK(
+          scalar_math::is_normal_scale(ps[k]), "brevitas_cpp::", kOp, ": the scale max|w| / threshold must be ",
+          normal_scale_range(w.scalar_type()), ", got ", static_cast<double>(ps[k]),
+          " from max|w| = ", static_cast<double>(m), dim < 0 ? std::string() : " in channel " + std::to_string(k),
+          " (w must be finite; without scaling_min_val, max|w| must be at least threshold = ", static_cast<double>(thr),
+          " times that bound)");
     }
   });
   const at::Tensor zero = cpu_zero_scalar(w.scalar_type());
@@ -163,6 +164,7 @@ at::Tensor abs_max_int_quant_backward_cpu(const at::Tensor& grad, const std::opt
   const int64_t dim = ops::detail::check_abs_max_int_quant_backward_args(grad, grad_scale, w, scale, bit_width,
                                                                          channel_dim, scaling_min_val, rounding_mode);
   const int64_t b = check_bit_width(bit_width, kBackwardOp);
+  check_scale(scale, ScaleRange::kNormal, kBackwardOp);  // the forward's check, for direct calls
   const at::Tensor zero = cpu_zero_scalar(w.scalar_type());
   // w's straight-through gradient and the scale's gradient from y, as for the unfused IntQuant.
   auto [gx, gs, gz, gb] = int_quant_backward_cpu(grad, w, std::nullopt, scale, zero, bit_width, is_signed, narrow_range,

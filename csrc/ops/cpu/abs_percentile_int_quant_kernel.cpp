@@ -216,11 +216,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> abs_percentile_int_qu
     }
     const T thr = int_scaling_threshold_as<T>(static_cast<double>(b), bit_width.scalar_type(), is_signed, narrow_range);
     const T sc = static_cast<T>(c / thr);
-    const double sd = static_cast<double>(sc);
-    TORCH_CHECK(std::isfinite(sd) && sd > 0.0, "brevitas_cpp::", kOp,
-                ": the scale (the k-th smallest |x|, clamped, / threshold) must be positive and finite, got ", sd,
-                " from ", static_cast<double>(s.v), " at flat index ", s.i, " (k = ", k,
-                "; x must be finite there, and not 0 without scaling_min_val)");
+    TORCH_CHECK(scalar_math::is_normal_scale(sc), "brevitas_cpp::", kOp,
+                ": the scale (the k-th smallest |x|, clamped, / threshold) must be ", normal_scale_range(dtype),
+                ", got ", static_cast<double>(sc), " from ", static_cast<double>(s.v), " at flat index ", s.i,
+                " (k = ", k, "; x must be finite there; without scaling_min_val, that |x| must be at least ",
+                "threshold = ", static_cast<double>(thr), " times that bound)");
     *scale.mutable_data_ptr<T>() = sc;
     *stat.mutable_data_ptr<T>() = c;
     *index.mutable_data_ptr<int64_t>() = s.i;
@@ -244,6 +244,8 @@ at::Tensor abs_percentile_int_quant_backward_cpu(const std::optional<at::Tensor>
               x.numel(), "), got ", i);
   at::Tensor gx, gs;
   if (grad.has_value()) {
+    // The forward's check, for direct calls (without grad the scale is not read).
+    check_scale(scale, ScaleRange::kNormal, kBackwardOp);
     const at::Tensor zero = cpu_zero_scalar(x.scalar_type());
     const std::array<bool, 4> mask{true, true, false, false};
     auto grads = relu ? relu_int_quant_backward_cpu(*grad, x, scale, zero, bit_width, is_signed, narrow_range,

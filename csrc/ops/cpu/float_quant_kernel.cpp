@@ -31,11 +31,14 @@ at::Tensor float_quant_cpu(const at::Tensor& x, const at::Tensor& scale, int64_t
   const MinifloatFormat f =
       ops::detail::check_float_quant_args(x, scale, exponent_bit_width, mantissa_bit_width, exponent_bias, max_value,
                                           is_signed, saturating, inf_values, nan_values, rounding_mode, "float_quant");
-  return scaled_quant_forward(x, scale, "float_quant", [&f](const auto& xv, const auto& s) {
-    using T = typename std::decay_t<decltype(xv)>::value_type;
-    if (vec_math::minifloat_vectorizes<T>(f)) return vec_math::float_quant_element<T>(xv, s, f).y;
-    return per_lane<T>(xv, s, [&f](T xe, T se) { return float_quant_element<T>(xe, se, f).y; });
-  });
+  return scaled_quant_forward(
+      x, scale, "float_quant",
+      [&f](const auto& xv, const auto& s) {
+        using T = typename std::decay_t<decltype(xv)>::value_type;
+        if (vec_math::minifloat_vectorizes<T>(f)) return vec_math::float_quant_element<T>(xv, s, f).y;
+        return per_lane<T>(xv, s, [&f](T xe, T se) { return float_quant_element<T>(xe, se, f).y; });
+      },
+      ScaleRange::kNormal);
 }
 
 // dx = g * slope where the clamp passed, else 0;  ds = g * (q - [passed] * slope * u).
@@ -46,6 +49,7 @@ std::tuple<at::Tensor, at::Tensor> float_quant_backward_cpu(
   const MinifloatFormat f = ops::detail::check_float_quant_args(
       x, scale, exponent_bit_width, mantissa_bit_width, exponent_bias, max_value, is_signed, saturating, inf_values,
       nan_values, rounding_mode, "_float_quant_backward");
+  check_scale(scale, ScaleRange::kNormal, "_float_quant_backward");  // the forward's check, for direct calls
   return scaled_quant_backward(
       grad, x, scale, output_mask, "_float_quant_backward", [&f](const auto& g, const auto& xv, const auto& s) {
         using T = typename std::decay_t<decltype(xv)>::value_type;

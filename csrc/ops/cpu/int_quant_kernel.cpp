@@ -33,6 +33,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int_quant_backward_cp
   const bool has_mask = args.has_mask, want_params = args.want_params;
   const RoundingMode mode = args.mode;
   const int64_t b = check_bit_width(bit_width, "_int_quant_backward");
+  check_scale(scale, ScaleRange::kNormal, "_int_quant_backward");  // the forward's check, for direct calls
 
   at::Tensor gx = output_mask[0] ? empty_output_like(ref, grad.scalar_type()) : at::Tensor();
   at::Tensor gs, gz, gb;  // With clamp_ste, bit_width gets no gradient (TensorClampSte).

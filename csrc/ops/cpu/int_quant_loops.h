@@ -117,7 +117,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor
   ops::detail::check_int_quant_args(x, scale, zero_point, bit_width, rounding_mode, op);
   const RoundingMode mode = parse_rounding_mode(rounding_mode, op);
   check_bit_width(bit_width, op);
-  check_positive_finite(scale, op, "scale");
+  check_scale(scale, ScaleRange::kNormal, op);
   check_finite(zero_point, op, "zero_point");
 
   at::Tensor y = empty_output_like(x);

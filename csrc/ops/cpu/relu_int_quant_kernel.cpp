@@ -22,6 +22,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> relu_int_quant_backwa
                                                   output_mask);
   const RoundingMode mode = parse_rounding_mode(rounding_mode, kOp);
   const int64_t b = check_bit_width(bit_width, kOp);
+  check_scale(scale, ScaleRange::kNormal, kOp);  // the forward's check, for direct calls
   at::Tensor gx = output_mask[0] ? empty_output_like(x, grad.scalar_type()) : at::Tensor();
   const bool want_params = output_mask[1] || output_mask[2] || (output_mask[3] && !clamp_ste);
   if (!gx.defined() && !want_params) return {gx, at::Tensor(), at::Tensor(), at::Tensor()};

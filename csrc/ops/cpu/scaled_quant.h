@@ -1,5 +1,5 @@
 // Drivers for ops that quantize x with one broadcast scale (binary, clamped binary,
-// ternary): argument checks, layout, dtype dispatch and the scale-gradient reduction.
+// ternary, float_quant): argument checks, layout, dtype dispatch and the scale-gradient reduction.
 #pragma once
 
 #include "ops/binary_quant.h"
@@ -11,11 +11,12 @@
 // CPU_CAPABILITY (DEFAULT, AVX2, AVX512) names the instruction set this copy is compiled for.
 namespace brevitas_cpp::cpu::CPU_CAPABILITY {
 
-// y = fn(x, s) elementwise, fn generic over Vectorized<T>.
+// y = fn(x, s) elementwise, fn generic over Vectorized<T>; `range`: the scales the op accepts.
 template <typename Fn>
-at::Tensor scaled_quant_forward(const at::Tensor& x, const at::Tensor& scale, const char* op, const Fn& fn) {
+at::Tensor scaled_quant_forward(const at::Tensor& x, const at::Tensor& scale, const char* op, const Fn& fn,
+                                ScaleRange range = ScaleRange::kPositive) {
   ops::detail::check_scaled_quant_args(x, scale, op);
-  check_positive_finite(scale, op, "scale");
+  check_scale(scale, range, op);
   at::Tensor y = empty_output_like(x);
   if (x.numel() == 0) return y;
   const at::Tensor xd = with_layout_of(x, y);

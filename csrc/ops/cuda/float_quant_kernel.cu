@@ -10,16 +10,18 @@ namespace brevitas_cpp::cuda {
 
 namespace {
 
+// A scale the CPU kernels raise on (not normal, positive and finite) computes as NaN, so every
+// output is NaN: normal_scale_or_nan.
 struct FloatQuantOp {
   MinifloatFormat f;
   template <typename T>
   __device__ __forceinline__ T forward(T x, T s) const {
-    return scalar_math::float_quant_element<T>(x, s, f).y;
+    return scalar_math::float_quant_element<T>(x, scalar_math::normal_scale_or_nan(s), f).y;
   }
   template <typename T>
   __device__ __forceinline__ void backward(T g, T x, T s, T& dx, T& ds) const {
     using A = scalar_math::opmath_t<T>;
-    const auto e = scalar_math::float_quant_element<T>(x, s, f);
+    const auto e = scalar_math::float_quant_element<T>(x, scalar_math::normal_scale_or_nan(s), f);
     const A through = e.passed ? e.slope : A(0);
     dx = static_cast<T>(static_cast<A>(g) * through);
     ds = static_cast<T>(static_cast<A>(g) * (static_cast<A>(e.q) - through * static_cast<A>(e.u)));

@@ -32,7 +32,7 @@ __device__ __forceinline__ Clamped<T> round_and_clamp(T t_plus_z, const IntRange
 // cost a copy to the host, so an invalid scale, zero point or bit width gives NaN instead.
 template <typename T>
 __device__ __forceinline__ bool valid_params(T s, T z, bool valid_bit_width) {
-  return valid_bit_width && s > T(0) && scalar_math::isfinite_of(s) && scalar_math::isfinite_of(z);
+  return valid_bit_width && scalar_math::is_normal_scale(s) && scalar_math::isfinite_of(z);
 }
 
 template <typename T, RoundingMode M>
@@ -116,7 +116,8 @@ struct GradInput {
   };
   __device__ __forceinline__ State state() const { return {}; }
   __device__ __forceinline__ Loaded load(int64_t idx) const {
-    return {g[idx], s[pi(idx)], mask == nullptr || mask[idx]};
+    // A scale the CPU kernel raises on gives NaN.
+    return {g[idx], scalar_math::normal_scale_or_nan(s[pi(idx)]), mask == nullptr || mask[idx]};
   }
   __device__ __forceinline__ void store(int64_t idx, const Loaded& v, const State&) const {
     gx[idx] = v.pass ? (v.g * v.s) / v.s : T(0);
@@ -143,7 +144,10 @@ struct GradFull {
     T g, x;
   };
   __device__ __forceinline__ State state(int64_t k) const {
-    return {bw.range<T>(is_signed, narrow_range), s[k], z[k], static_cast<T>(T(1) / s[k])};
+    // A scale the CPU kernel raises on computes as NaN: x's, the scale's and the zero point's
+    // gradients of its entry are NaN.
+    const T sk = scalar_math::normal_scale_or_nan(s[k]);
+    return {bw.range<T>(is_signed, narrow_range), sk, z[k], static_cast<T>(T(1) / sk)};
   }
   __device__ __forceinline__ Loaded load(int64_t idx) const { return {g[idx], x[idx]}; }
   __device__ __forceinline__ void apply(int64_t idx, const Loaded& v, const State& st, double* acc) const {

@@ -669,11 +669,18 @@ TEST(IntQuant, BadInputsNameTheArgument) {
   const at::Tensor x = at::randn({2, 5}), s = at::full({}, 0.5), z = at::zeros({}), b = at::full({}, 8.);
   auto q = [&](const at::Tensor& xx, const at::Tensor& ss, const at::Tensor& zz, const at::Tensor& bb,
                const std::string& mode = "round") { return ops::int_quant(xx, ss, zz, bb, true, false, mode, false); };
-  EXPECT_ERROR_CONTAINS(q(x, at::zeros({}), z, b), "brevitas_cpp::int_quant",
-                        "scale must be positive and finite, got 0");
-  EXPECT_ERROR_CONTAINS(q(x, at::full({2, 1}, -1.), z, b), "scale must be positive and finite, got -1");
-  EXPECT_ERROR_CONTAINS(q(x, at::full({}, test::inf()), z, b), "scale must be positive and finite, got inf");
-  EXPECT_ERROR_CONTAINS(q(x, at::full({}, test::nan()), z, b), "scale must be positive and finite, got nan");
+  const std::string normal = "scale must be a normal positive finite number (>= 1.17549e-38 for float32), got ";
+  EXPECT_ERROR_CONTAINS(q(x, at::zeros({}), z, b), "brevitas_cpp::int_quant", normal + "0");
+  EXPECT_ERROR_CONTAINS(q(x, at::full({2, 1}, -1.), z, b), normal + "-1");
+  EXPECT_ERROR_CONTAINS(q(x, at::full({}, test::inf()), z, b), normal + "inf");
+  EXPECT_ERROR_CONTAINS(q(x, at::full({}, test::nan()), z, b), normal + "nan");
+  // Subnormal scales: x / s and the scale's gradient would overflow (float16's bound is 2^-14).
+  EXPECT_ERROR_CONTAINS(q(x, at::full({}, 1e-40), z, b), normal + "9.99995e-41");
+  EXPECT_ERROR_CONTAINS(q(x.to(at::kHalf), at::full({}, 1e-5, at::kHalf), z.to(at::kHalf), b),
+                        "scale must be a normal positive finite number (>= 6.10352e-05 for float16), got 1.00136e-05");
+  EXPECT_ERROR_CONTAINS(ops::_int_quant_backward(x, x, std::nullopt, at::full({}, 1e-40), z, b, true, false, "round",
+                                                 false, {true, true, true, true}),
+                        "brevitas_cpp::_int_quant_backward", normal);
   EXPECT_ERROR_CONTAINS(q(x, s, at::full({}, test::inf()), b), "zero_point must be finite, got inf");
   EXPECT_ERROR_CONTAINS(q(x, s, z, at::full({}, 33.)), "bit_width must be an integer in [1, 32], got 33");
   EXPECT_ERROR_CONTAINS(q(x, s, z, at::full({}, 0)), "bit_width must be an integer in [1, 32], got 0");
@@ -690,7 +697,7 @@ TEST(IntQuant, BadInputsNameTheArgument) {
   EXPECT_THROW(q(x, at::full({}, 0.5, at::TensorOptions().device(at::kMeta)), z, b), c10::Error);
   // Errors also come through the autograd kernel.
   at::Tensor xg = test::leaf(x);
-  EXPECT_ERROR_CONTAINS(q(xg, at::zeros({}), z, b), "scale must be positive and finite");
+  EXPECT_ERROR_CONTAINS(q(xg, at::zeros({}), z, b), "scale must be a normal positive finite number");
   // And the with-mask op checks the same.
   EXPECT_ERROR_CONTAINS(ops::_int_quant_with_mask(x, s, z, at::full({}, 40.), true, false, "round"),
                         "brevitas_cpp::", "bit_width must be an integer in [1, 32], got 40");

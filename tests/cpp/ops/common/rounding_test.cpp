@@ -260,5 +260,32 @@ TEST(IntRange, ReadFromTheBitWidthsMemoryInItsDtype) {
   EXPECT_FALSE((int_range_of<double>(&bad, c10::ScalarType::Long, true, false).valid));
 }
 
+// The smallest normal of each dtype, written out: 2^-126 (float32, bfloat16), 2^-1022
+// (float64), 2^-14 (float16); the scales int_quant and float_quant accept start there.
+template <typename T>
+void expect_normal_scale_bound(double smallest_normal, double smallest_subnormal) {
+  using scalar_math::is_normal_scale;
+  using scalar_math::normal_scale_or_nan;
+  EXPECT_EQ(static_cast<double>(scalar_math::smallest_normal<T>()), smallest_normal);
+  const T lo = static_cast<T>(smallest_normal);
+  EXPECT_TRUE(is_normal_scale(lo));
+  EXPECT_TRUE(same_bits(normal_scale_or_nan(lo), lo));
+  for (double ok : {1.0, 0.1, 2.0 * smallest_normal, 60000.0}) EXPECT_TRUE(is_normal_scale(static_cast<T>(ok))) << ok;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {smallest_normal / 2, smallest_normal / 4, smallest_subnormal, 0.0, -0.0, -1.0, -smallest_normal,
+                     inf, -inf, std::numeric_limits<double>::quiet_NaN()}) {
+    const T v = static_cast<T>(bad);
+    EXPECT_FALSE(is_normal_scale(v)) << bad;
+    EXPECT_TRUE(scalar_math::isnan_of(normal_scale_or_nan(v))) << bad;
+  }
+}
+
+TEST(NormalScale, SmallestNormalOfEachDtype) {
+  expect_normal_scale_bound<float>(std::ldexp(1.0, -126), std::ldexp(1.0, -149));
+  expect_normal_scale_bound<double>(std::ldexp(1.0, -1022), std::ldexp(1.0, -1074));
+  expect_normal_scale_bound<c10::Half>(std::ldexp(1.0, -14), std::ldexp(1.0, -24));
+  expect_normal_scale_bound<c10::BFloat16>(std::ldexp(1.0, -126), std::ldexp(1.0, -133));
+}
+
 }  // namespace
 }  // namespace brevitas_cpp

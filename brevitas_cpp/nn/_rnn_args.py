@@ -2,24 +2,34 @@
 prefix, building an activation proxy as Brevitas does, and the up-front checks whose errors name
 the layer and the argument."""
 
+import difflib
 import inspect
 from typing import Any, Dict, Tuple
 
 from torch import nn
 
+from brevitas_cpp.nn.mixin._brevitas_keywords import QUANTIZER_NAMES as BREVITAS_QUANTIZER_NAMES
+from brevitas_cpp.nn.mixin.utils import is_brevitas_keyword
+
 
 def _split_kwargs(
     layer_name: str, kwargs: Dict[str, Any], prefixes: Tuple[str, ...]
 ) -> Dict[str, Dict[str, Any]]:
-    """kwargs by quantizer prefix (longest match first); a keyword with no prefix is an error."""
+    """kwargs by quantizer prefix (longest match first). A keyword with no prefix is ignored when
+    Brevitas knows it (one layer definition serves several quantizers), an error otherwise."""
     routed: Dict[str, Dict[str, Any]] = {p: {} for p in prefixes}
     for name, value in kwargs.items():
         match = max((p for p in prefixes if name.startswith(p)), key=len, default=None)
+        if match is None and is_brevitas_keyword(name):
+            continue
         if match is None:
+            known = [p + attribute for p in prefixes for attribute in BREVITAS_QUANTIZER_NAMES]
+            close = difflib.get_close_matches(name, known, n=3)
             raise TypeError(
                 f"{layer_name}: unexpected keyword argument {name}={value!r}. Keywords beyond the "
                 f"layer's own arguments set quantizer attributes and must start with a quantizer "
-                f"prefix; accepted prefixes: {', '.join(repr(p) for p in prefixes)}"
+                f"prefix; accepted prefixes: {', '.join(repr(p) for p in prefixes)}."
+                + (f" Did you mean {', '.join(close)}?" if close else "")
             )
         routed[match][name] = value
     return routed

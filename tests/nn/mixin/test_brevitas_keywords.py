@@ -60,6 +60,18 @@ def test_attention_ignores_other_layers_keywords():
         qnn.QuantScaledDotProductAttention(weight_bitwidth=4)
 
 
+def test_recurrent_layers_ignore_unprefixed_keywords_brevitas_knows():
+    """QuantLSTM(..., bit_width=4): Brevitas's RNNs route by prefix and drop the rest."""
+    torch.manual_seed(0)
+    with_keyword = qnn.QuantLSTM(3, 4, bit_width=4)
+    torch.manual_seed(0)
+    plain = qnn.QuantLSTM(3, 4)
+    x = torch.randn(2, 5, 3)
+    assert torch.equal(with_keyword(x)[0], plain(x)[0])
+    with pytest.raises(TypeError, match="bit_widht=4.*Did you mean .*_bit_width"):
+        qnn.QuantLSTM(3, 4, bit_widht=4)
+
+
 @pytest.mark.parametrize(
     "name, known",
     [

@@ -35,7 +35,12 @@ from .mixin import (
     QuantWeightMixin,
     WeightQuantType,
 )
-from .mixin.base import mark_internal_kwargs
+from .mixin.base import (
+    NOT_CONFIGURED,
+    NOT_CONFIGURED_CHECK_WARNINGS,
+    QuantLayerConfigError,
+    mark_internal_kwargs,
+)
 from .utils import merge_bn, rename_state_dict_by_prefix
 
 __all__ = [
@@ -236,6 +241,8 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
         as_quant_tensor = self._wants_quant_tensor(inp)
         quant_input = self.input_quant.quantize(inp, as_quant_tensor)
         quant_weight = self.weight_quant.quantize(self.weight, quant_input, as_quant_tensor)
+        if as_quant_tensor:  # eager mode only
+            self._check_quant_output(quant_input, quant_weight)
         bias = self.bias
         if bias is None:
             quant_bias: Optional[Tensor] = None
@@ -256,11 +263,26 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
         if torch.jit.is_scripting():
             return quant_output[0]
         if self.return_quant_tensor and not isinstance(quant_output, QuantTensor):
-            raise self._no_quant_output_error()
+            # The torch handler gave no QuantTensor (e.g. per-group scales): Brevitas asserts.
+            raise QuantLayerConfigError(
+                f"{NOT_CONFIGURED_CHECK_WARNINGS}: {self._no_quant_output_text()}"
+            )
         return QuantInputOutputLayer._layer_output(self, quant_output)
 
     @torch.jit.unused
-    def _no_quant_output_error(self) -> RuntimeError:
+    def _check_quant_output(self, quant_input: QuantTuple, quant_weight: QuantTuple) -> None:
+        """Brevitas's check before the bias and the float op: return_quant_tensor=True needs
+        an output quantizer, or a quantized input and weight (whose accumulator the torch
+        handler describes)."""
+        if (
+            self.return_quant_tensor
+            and not self.output_quant.is_quant_enabled
+            and not (isinstance(quant_input, QuantTensor) and isinstance(quant_weight, QuantTensor))
+        ):
+            raise QuantLayerConfigError(f"{NOT_CONFIGURED}: {self._no_quant_output_text()}")
+
+    @torch.jit.unused
+    def _no_quant_output_text(self) -> str:
         # Per-group scales vary along the reduced dim: the accumulator has no scale of its own.
         grouped = [
             name
@@ -272,7 +294,7 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
             if grouped
             else ""
         )
-        return RuntimeError(
+        return (
             f"{type(self).__name__}: return_quant_tensor=True, but there is no quantized output "
             f"to return{why}: quantize the output (output_quant=...), or both the input "
             f"(input_quant=... or a QuantTensor input) and the weight"

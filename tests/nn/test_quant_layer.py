@@ -16,7 +16,12 @@ from brevitas_cpp.nn.quant_layer import (
     QuantWeightBiasInputOutputLayer,
     act_quant_dtype_device,
 )
-from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
+from brevitas_cpp.quant import (
+    Int8ActPerTensorFloat,
+    Int32Bias,
+    ShiftedUint8WeightPerTensorFloat,
+    Uint8ActPerTensorFloat,
+)
 from brevitas_cpp.quant_tensor import IntQuantTensor
 
 ZERO = torch.tensor(0.0)
@@ -188,3 +193,39 @@ def test_act_quant_dtype_device_defaults():
     }
     # Wider dtypes keep Brevitas's float32 activation scales.
     assert act_quant_dtype_device(nn.Module(), {}, torch.float64, None) == {}
+
+
+def _int_quant_tensor(shape) -> IntQuantTensor:
+    value = torch.randint(-128, 128, shape) * 0.125
+    return IntQuantTensor(value, torch.tensor(0.125), ZERO, torch.tensor(8.0), True, False)
+
+
+def test_return_quant_tensor_without_quantized_output_is_refused_in_forward() -> None:
+    """Brevitas's moment and phrase (issue 32): return_quant_tensor=True with nothing to
+    quantize the output builds, and forward raises "QuantLayer is not correctly configured"
+    before the bias is quantized (whose Int32Bias would fail on the unquantized input too)."""
+    torch.manual_seed(0)
+    layer = QuantLinear(8, 4, bias=True, bias_quant=Int32Bias, return_quant_tensor=True)
+    for error in (RuntimeError, AssertionError):  # Brevitas raises either, depending on the case
+        with pytest.raises(error, match="^QuantLayer is not correctly configured: QuantLinear: "):
+            layer(torch.randn(2, 8))
+    # A quantized input (the weight is quantized by default) gives the output a QuantTensor.
+    out = layer(_int_quant_tensor((2, 8)))
+    assert isinstance(out, IntQuantTensor)
+    expected_scale = (0.125 * layer.quant_weight().scale).reshape(1, 1)
+    torch.testing.assert_close(out.scale, expected_scale, rtol=1e-6, atol=0)
+
+
+def test_output_the_handler_can_not_describe_is_refused_as_brevitas_asserts() -> None:
+    """A weight zero point other than 0 gives the linear accumulator no quantized form: Brevitas
+    warns, then its pack_output asserts "QuantLayer is not correctly configured, check if
+    warnings were raised"; ours leads with the same words and is an AssertionError too."""
+    layer = QuantLinear(
+        8, 4, bias=False, weight_quant=ShiftedUint8WeightPerTensorFloat, return_quant_tensor=True
+    )
+    with pytest.raises(AssertionError) as info:
+        layer(_int_quant_tensor((2, 8)))
+    assert isinstance(info.value, RuntimeError)
+    assert str(info.value).startswith(
+        "QuantLayer is not correctly configured, check if warnings were raised: QuantLinear: "
+    )

@@ -166,6 +166,18 @@ class _FinishesConstruction(type):
         return layer
 
 
+# Brevitas's words for a layer set-up that can not give what forward was asked for (its
+# QuantWBIOL.forward_impl raises the first, its pack_output asserts the second): they lead ours.
+NOT_CONFIGURED = "QuantLayer is not correctly configured"
+NOT_CONFIGURED_CHECK_WARNINGS = NOT_CONFIGURED + ", check if warnings were raised"
+
+
+class QuantLayerConfigError(RuntimeError, AssertionError):
+    """return_quant_tensor=True (or the like) with nothing quantized to return, found in forward
+    where Brevitas finds it. Brevitas raises a RuntimeError for some of these set-ups and an
+    AssertionError for others: this is both, so code catching either keeps working."""
+
+
 class QuantProxyMixin(ScriptableQuantModule, metaclass=_FinishesConstruction):
     """Builds the proxy ``<proxy_prefix>quant`` of a layer.
 
@@ -303,10 +315,11 @@ class QuantLayerMixin(ScriptableQuantModule):
         if not self.return_quant_tensor:
             return _unpack_quant_tensor(quant_output)
         if not isinstance(quant_output, QuantTensor):
-            raise RuntimeError(
-                f"{_layer_name(self)}: return_quant_tensor=True, but the output is not "
-                f"quantized: enable output quantization (output_quant=...) or feed a quantized "
-                f"input to a layer whose weights are quantized"
+            raise QuantLayerConfigError(
+                f"{NOT_CONFIGURED_CHECK_WARNINGS}: {_layer_name(self)}: return_quant_tensor=True, "
+                f"but the output is not quantized: enable output quantization "
+                f"(output_quant=...) or feed a quantized input to a layer whose weights are "
+                f"quantized"
             )
         return quant_output
 

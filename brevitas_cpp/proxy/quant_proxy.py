@@ -344,26 +344,29 @@ class QuantProxyFromInjector(
         # the new parameters, then lets the checkpoint's quantizer values override.
         if config.REINIT_ON_STATE_DICT_LOAD:
             self.rebuild_tensor_quant()
-        self._check_quantizer_record(prefix, local_metadata, error_msgs)
+        self._check_quantizer_record(prefix, local_metadata, unexpected_keys)
         # Older checkpoints saved the sentinel.
         zero_hw_sentinel_key = prefix + "zero_hw_sentinel"
         if zero_hw_sentinel_key in unexpected_keys:
             unexpected_keys.remove(zero_hw_sentinel_key)
 
     def _check_quantizer_record(
-        self, prefix: str, local_metadata: Dict[str, Any], error_msgs: List[str]
+        self, prefix: str, local_metadata: Dict[str, Any], unexpected_keys: List[str]
     ) -> None:
-        """A checkpoint of ours records its quantizer (Brevitas's records none: not checked)."""
+        """A checkpoint of ours records its quantizer (Brevitas's records none: not checked).
+        One made for another is reported as an unexpected entry, the record itself, which says
+        how: an error under strict=True, listed in the returned keys under strict=False (the
+        kernels' state_dict loads ignore strict, so only the report can honour it)."""
         saved = (local_metadata or {}).get(METADATA_KEY, {}).get(QUANTIZER_RECORD_KEY)
         if saved is None or config.IGNORE_QUANTIZER_MISMATCH:
             return
         mismatch = _quantizer_record_mismatch(saved, self.quantizer_record())
         if mismatch:
-            error_msgs.append(
-                f"{type(self).__name__} at {prefix[:-1]!r}: the checkpoint was made for another "
-                f"quantizer ({'; '.join(mismatch)}). To load it into this one anyway (e.g. to "
-                f"fine-tune at a new bit width), set brevitas_cpp.config.IGNORE_QUANTIZER_MISMATCH "
-                f"= True (environment: BREVITAS_IGNORE_QUANTIZER_MISMATCH=1)."
+            unexpected_keys.append(
+                f"{prefix}<{METADATA_KEY} quantizer record: made for another quantizer, "
+                f"{'; '.join(mismatch)}; to load it into this one (e.g. to fine-tune at a new bit "
+                f"width) set brevitas_cpp.config.IGNORE_QUANTIZER_MISMATCH = True or "
+                f"BREVITAS_IGNORE_QUANTIZER_MISMATCH=1>"
             )
 
 

@@ -107,14 +107,16 @@ BAD_CHECKPOINTS = [
         "4-bit checkpoint into an 8-bit layer",
         lambda: qnn.QuantConv2d(2, 2, 3, weight_bit_width=8),
         lambda m: qnn.QuantConv2d(2, 2, 3, weight_bit_width=4).state_dict(),
-        r"'weight_quant': the checkpoint was made for another quantizer \(constant_bit_widths: "
-        r"checkpoint \{'msb_clamp_bit_width_impl': 4\.0\}, this layer \{'msb_clamp_bit_width_impl': 8\.0\}\)",
+        r"Unexpected key.*weight_quant.<brevitas_cpp quantizer record: made for another quantizer, "
+        r"constant_bit_widths: checkpoint \{'msb_clamp_bit_width_impl': 4\.0\}, this layer "
+        r"\{'msb_clamp_bit_width_impl': 8\.0\}",
     ),
     (
         "signed checkpoint into an unsigned activation",
         lambda: qnn.QuantReLU(),
         lambda m: qnn.QuantIdentity().state_dict(),
-        r"'act_quant': the checkpoint was made for another quantizer \(signed: checkpoint True, this layer False\)",
+        r"act_quant.<brevitas_cpp quantizer record: made for another quantizer, signed: checkpoint "
+        r"True, this layer False",
     ),
 ]
 
@@ -125,7 +127,7 @@ BAD_CHECKPOINTS = [
 def test_bad_checkpoint_is_refused(case, factory, checkpoint, pattern):
     state = checkpoint(factory())
     model = factory()
-    refused = [k for k in (ACT_SCALE, WEIGHT_OFFSET) if k in state and "another" not in case]
+    refused = [k for k in (ACT_SCALE, WEIGHT_OFFSET) if k in state and "-bit" not in case]
     with pytest.raises(RuntimeError, match=pattern):
         model.load_state_dict(state)
     # A refused value is not copied in (the quantizer is as the load's rebuild left it).
@@ -139,6 +141,17 @@ def test_negative_offset_from_training_loads():
     model = learned_bit_width_linear()
     model.load_state_dict(with_entry(learned_bit_width_linear(), WEIGHT_OFFSET, -0.3))
     assert float(model.weight_quant.bit_width().detach()) == 2.0  # round(|-0.3| + 2)
+
+
+def test_quantizer_mismatch_is_reported_under_strict_false():
+    four_bit = qnn.QuantConv2d(2, 2, 3, weight_bit_width=4)
+    eight_bit = qnn.QuantConv2d(2, 2, 3, weight_bit_width=8)
+    result = eight_bit.load_state_dict(four_bit.state_dict(), strict=False)
+    assert result.missing_keys == []
+    assert [k.split(":")[0] for k in result.unexpected_keys] == [
+        "weight_quant.<brevitas_cpp quantizer record"
+    ]
+    assert torch.equal(eight_bit.weight, four_bit.weight)
 
 
 def test_quantizer_mismatch_loads_when_ignored(monkeypatch):

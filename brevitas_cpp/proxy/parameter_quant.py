@@ -315,13 +315,15 @@ class BiasQuantProxyFromInjector(BiasQuantProxyFromInjectorBase):
             if arg is None:
                 what.append(f"no {name} was passed")
             elif _scale_of(arg) is None:
-                what.append(f"the {name} is a {type(arg).__name__}, not an IntQuantTensor")
+                what.append(f"the {name} is not quantized (a {type(arg).__name__})")
         if not what:
             what.append(
                 "the input scale and the weight scale do not broadcast along the output channels"
             )
+        # Brevitas's phrase first: code that catches its error by the text still does.
         return RuntimeError(
-            f"{type(self).__name__} of {_layer_names(self.tracked_module_list)}: bias quantizer "
+            f"Input scale required: {type(self).__name__} of "
+            f"{_layer_names(self.tracked_module_list)}: bias quantizer "
             f"{self.quant_injector.__name__} has requires_input_scale=True, so it needs the "
             f"accumulator scale (input scale * weight scale), but {' and '.join(what)} and no "
             f"bias scale was cached. Quantize the layer's input (e.g. input_quant=..., or pass "

@@ -325,7 +325,7 @@ def test_bias_needing_input_scale_errors_without_one(inputs):
     args = {"none": (), "plain_input": (qin.value, qw), "plain_weight": (qin, qw.value)}[inputs]
     with pytest.raises(
         RuntimeError,
-        match=r"BiasQuantProxyFromInjector of StandInConv: bias "
+        match=r"^Input scale required: BiasQuantProxyFromInjector of StandInConv: bias "
         r"quantizer Int16Bias has requires_input_scale=True.*input scale \* "
         r"weight scale",
     ):

@@ -59,16 +59,7 @@ def learned_scales(model: nn.Module) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--checkpoint", default="ddp_qat_checkpoint.pt")
-    parser.add_argument("--resume", action="store_true", help="start from --checkpoint")
-    args = parser.parse_args()
-
-    # NCCL needs CUDA tensors, which the brevitas_cpp ops only take in a CUDA build.
-    use_cuda = torch.cuda.is_available() and brevitas_cpp.build_info()["cuda"]
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+def train(args: argparse.Namespace, use_cuda: bool) -> None:
     rank, local_rank = dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
@@ -118,7 +109,26 @@ def main() -> None:
             print(f"learned scale {name}: {scale:.6g}")
         assert all(s == scales[0] for s in scales), f"replicas diverged: {scales}"
         print(f"learned scales identical on all {len(scales)} ranks; checkpoint {args.checkpoint}")
-    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--checkpoint", default="ddp_qat_checkpoint.pt")
+    parser.add_argument("--resume", action="store_true", help="start from --checkpoint")
+    args = parser.parse_args()
+
+    # NCCL needs CUDA tensors, which the brevitas_cpp ops only take in a CUDA build.
+    use_cuda = torch.cuda.is_available() and brevitas_cpp.build_info()["cuda"]
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    try:
+        train(args, use_cuda)
+    finally:
+        # DDP is gone with train's frame, so the process group is freed here, with the GIL
+        # released. Freed by DDP's reducer, a gloo group joins its worker threads holding the
+        # GIL while one of them waits for it to free a tensor: a hang at exit
+        # (pytorch/pytorch#56297).
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

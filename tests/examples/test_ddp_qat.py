@@ -5,7 +5,8 @@ the old ones, and the learned scales would no longer move.
 
 The ranks are started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT), without its elastic agent, in a process group of their own that is killed on a
-time-out, so that no rank outlives the test."""
+time-out, so that no rank outlives the test. The example frees DDP before destroying the process
+group: freed the other way round, a gloo group hung at exit in about one run in three here."""
 
 import os
 import signal
@@ -14,14 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
-
-from brevitas_cpp import config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_qat.py"
 WORLD_SIZE = 2
-TIMEOUT_S = 300
+TIMEOUT_S = 120  # each run takes about 6 s
 
 
 def _free_port() -> int:
@@ -67,10 +65,6 @@ def _run_ranks(*args: str) -> None:
         assert process.returncode == 0, f"rank {rank} ({' '.join(args)}):\n{output[-4000:]}"
 
 
-@pytest.mark.skipif(
-    config.JIT_ENABLED,
-    reason="with BREVITAS_JIT=1 the 2-rank run passed 300 s here: not yet understood",
-)
 def test_resume_continues_as_straight_training(tmp_path):
     straight, resumed = tmp_path / "straight.pt", tmp_path / "resumed.pt"
     _run_ranks("--epochs", "2", "--checkpoint", str(straight))

@@ -90,20 +90,27 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "backport.fx.experimental.proxy_tensor": (
         FX_BACKPORT,
         _names(
-            classes="DecompositionInterpreter PythonKeyTracer",
-            functions="dispatch_trace get_innermost_proxy_mode make_fx",
-            values="py_sym_types",
+            classes="DecompositionInterpreter ProxySymDispatchMode ProxyTorchDispatchMode PythonKeyTracer",
+            functions="decompose disable_autocast_cache disable_proxy_modes_tracing dispatch_trace fake_signature fetch_sym_proxy fetch_tensor_proxy get_innermost_proxy_mode get_isolated_graphmodule get_proxy_slot get_torch_dispatch_modes has_proxy_slot is_sym_node make_fx maybe_disable_fake_tensor_mode proxy_call set_meta set_proxy_slot snapshot_fake thunkify track_tensor track_tensor_tree unwrap_proxy wrap_key wrapper_and_args_for_make_fx",
+            values="CONSTANT_NUMEL_LIMIT CURRENT_DECOMPOSITION_TABLE HANDLED_TYPES aten no_default prim proxy_slot py_sym_types",
         ),
     ),
     "backport.fx.experimental.symbolic_shapes": (
         FX_BACKPORT,
         _names(
-            classes="FloorDiv ShapeEnv SymDispatchMode",
-            functions="create_contiguous guard_float guard_int guard_scalar has_symbolic_sizes_strides hint_int method_to_operator wrap_node",
-            values="SYMPY_INTERP",
+            classes="FloorDiv GuardOnDataDependentSymNode IsNonOverlappingAndDenseIndicator Pow ShapeEnv ShapeGuardPrinter SymDispatchMode SymNode Symbol TrueDiv",
+            functions="bind_symbols ceil_impl create_contiguous error eval_guards eval_is_non_overlapping_and_dense floor_ceil_helper floor_impl fx_placeholder_targets fx_placeholder_vals guard_bool guard_float guard_int guard_scalar has_symbolic_sizes_strides hint_int is_non_overlapping_and_dense method_to_operator safe_expand sym_sqrt to_node wrap_node",
+            values="HAS_SYMPY SYMPY_INTERP SYM_FUNCTION_MODE SymTypes TLS alternate_impl_if_hinted_methods always_bool_magic_methods always_float_magic_methods always_int_magic_methods aten bool_magic_methods log magic_methods magic_methods_on_math magic_methods_on_operator_with_trailing_underscore magic_methods_on_submodule reflectable_magic_methods sizes_strides_methods unary_magic_methods",
         ),
     ),
-    "backport.fx.graph": (FX_BACKPORT, _names(classes="CodeGen Graph PythonCode")),
+    "backport.fx.graph": (
+        FX_BACKPORT,
+        _names(
+            classes="CodeGen Graph PythonCode",
+            functions="TransformCodeFunc",
+            values="dtype_abbrs inplace_methods magic_methods reflectable_magic_methods",
+        ),
+    ),
     "backport.fx.graph_module": (
         FX_BACKPORT,
         _names(
@@ -113,10 +120,17 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     ),
     "backport.fx.immutable_collections": (
         FX_BACKPORT,
-        _names(classes="immutable_dict immutable_list"),
+        _names(classes="immutable_dict immutable_list", functions="register_pytree_node"),
     ),
     "backport.fx.interpreter": (FX_BACKPORT, _names(classes="Interpreter Transformer")),
-    "backport.fx.node": (FX_BACKPORT, _names(classes="Node", functions="map_aggregate map_arg")),
+    "backport.fx.node": (
+        FX_BACKPORT,
+        _names(
+            classes="Node",
+            functions="Argument BaseArgumentTypes Target map_aggregate map_arg",
+            values="base_types",
+        ),
+    ),
     "backport.fx.operator_schemas": (
         FX_BACKPORT,
         _names(
@@ -129,7 +143,8 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "backport.fx.proxy": (
         FX_BACKPORT,
         _names(
-            classes="Attribute GraphAppendingTracer ParameterProxy Proxy Scope ScopeContextManager TraceError TracerBase"
+            classes="Attribute GraphAppendingTracer ParameterProxy Proxy Scope ScopeContextManager TraceError TracerBase",
+            functions="assert_fn",
         ),
     ),
     "backport.fx.subgraph_rewriter": (
@@ -142,7 +157,8 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "backport.fx.traceback": (
         FX_BACKPORT,
         _names(
-            functions="format_stack get_current_meta has_preserved_node_meta preserve_node_meta set_current_meta set_stack_trace"
+            functions="format_stack get_current_meta has_preserved_node_meta preserve_node_meta set_current_meta set_stack_trace",
+            values="current_meta should_preserve_node_meta",
         ),
     ),
     "backport.utils": (FX_BACKPORT, _names()),
@@ -169,7 +185,7 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "export.common.handler.base": (
         EXPORT_INTERNALS,
         _names(
-            classes="BaseHandler BitWidthHandlerMixin FloatZeroPointHandlerMixin ZeroPointHandlerMixin"
+            classes="BaseHandler BitWidthHandlerMixin ClipMixin FloatClipMixin FloatZeroPointHandlerMixin QuantAxisMixin ScaleHandlerMixin ZeroPointHandlerMixin"
         ),
     ),
     "export.common.handler.qcdq": (
@@ -199,7 +215,7 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "export.onnx.handler": (
         EXPORT_INTERNALS,
         _names(
-            classes="Kernel1dApplHandlerMixin Kernel2dApplHandlerMixin ONNXBaseHandler QuantLSTMLayerHandler"
+            classes="Kernel1dApplHandlerMixin Kernel2dApplHandlerMixin Kernel3dApplHandlerMixin ONNXBaseHandler QuantLSTMLayerHandler"
         ),
     ),
     "export.onnx.manager": (
@@ -210,8 +226,8 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "export.onnx.qonnx.custom_ops": (
         QONNX,
         _names(
-            functions="bipolar_quant bipolar_quant_wrapper float_quant float_quant_wrapper int_quant int_quant_wrapper trunc_quant trunc_quant_wrapper",
-            values="DOMAIN_STRING DOMAIN_VERSION LIBRARY_STRING",
+            functions="BipolarQuant FloatQuant Quant TruncQuant bipolar_quant bipolar_quant_wrapper float_quant float_quant_wrapper int_quant int_quant_wrapper trunc_quant trunc_quant_wrapper",
+            values="DOMAIN_STRING DOMAIN_VERSION LIBRARY_STRING qonnx_op",
         ),
     ),
     "export.onnx.qonnx.function": (
@@ -267,6 +283,7 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
         ),
     ),
     "export.torch.qcdq.manager": (EXPORT_INTERNALS, _names(classes="TorchQCDQManager")),
+    "function.ops_ste": (OPS, _names(functions="script_flag", values="fn_prefix")),
     "fx": (
         FX,
         _names(
@@ -298,20 +315,25 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "graph.base": (
         GRAPH,
         _names(
-            classes="CallableToModule FnToModule GraphTransform InsertModuleCallAfter MethodToModule ModuleInstanceToModuleInstance ModuleToModule ModuleToModuleByClass ModuleToModuleByInstance ModuleToModuleByName PerInputModuleToModuleByHook PerInputTransform Transform"
+            classes="CallableToModule FnToModule GraphTransform InsertModuleCallAfter MethodToModule ModuleInstanceRegisterParametrization ModuleInstanceToModuleInstance ModuleInstanceTransformTensor ModuleInstanceWrapModule ModuleToModule ModuleToModuleByClass ModuleToModuleByInstance ModuleToModuleByName PerInputModuleToModuleByHook PerInputTransform Transform UntilFixedPointGraphTransform",
+            functions="load_old_module_state_dict",
         ),
     ),
     "graph.calibrate": (
         GRAPH,
         _names(
-            classes="ClipFloatWeights QuantizationStatusManager load_quant_model_mode quantization_status_manager"
+            classes="ClipFloatWeights QuantizationStatusManager load_quant_model_mode norm_correction_mode quantization_status_manager",
+            functions="extend_collect_stats_steps finalize_collect_stats set_collect_stats_to_average unpack_input",
+            values="BN_LAYERS",
         ),
     ),
     "graph.channel_splitting": (GRAPH, _names(classes="GraphChannelSplitting")),
     "graph.equalize": (
         EQUALIZE,
         _names(
-            classes="EqualizeGraph GraphActivationEqualization GraphRotationEqualization LayerNormToRMS LayerwiseActivationEqualization LayerwiseActivationRotation MergeLnAffine"
+            classes="ActivationEqualization EqualizationIndexes EqualizationModuleWrapper EqualizationSinkWrapper EqualizationSourceWrapper EqualizeGraph GraphActivationEqualization GraphRotationEqualization LayerNormToRMS LayerwiseActivationEqualization LayerwiseActivationRotation MergeLnAffine RMSNorm Region RotationEqualization WalkRegionState activation_equalization_mode",
+            functions="cat_handler find_sinks find_srcs find_srcs_channel_dim fuse_parametrizations get_weight_sink get_weight_source random_orthogonal_matrix transpose",
+            values="EPSILON fast_hadamard_transform logging",
         ),
     ),
     "graph.fixed_point": (
@@ -352,7 +374,7 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "graph.standardize": (
         GRAPH,
         _names(
-            classes="DisableLastReturnQuantTensor DuplicateSharedStatelessModule MeanMethodToAdaptiveAvgPool2d TorchFunctionalToModule"
+            classes="DisableLastReturnQuantTensor DuplicateSharedStatelessModule MeanMethodToAdaptiveAvgPool2d RemoveStochasticModules TorchFunctionalToModule"
         ),
     ),
     "graph.target": (FLEXML, _names()),
@@ -366,7 +388,8 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "graph.utils": (
         GRAPH,
         _names(
-            functions="del_module get_module get_module_name_and_parent get_output_channel_dim get_output_channels is_subseq matches_module_pattern module_class_name name_from_module remove_weight_orig replace_all_uses_except replace_module set_module signature_keys"
+            functions="del_module get_module get_module_name_and_parent get_node get_output_channel_dim get_output_channels is_conv_transposed is_quant_module is_subseq matches_module_pattern module_class_name name_from_module remove_weight_orig replace_all_uses_except replace_module set_module signature_keys",
+            values="CONV_TRANSPOSED",
         ),
     ),
     "inject.defaults": (TRUNC, _names(classes="ShiftRoundSaturateTo8bit")),
@@ -390,7 +413,7 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
         OPS,
         _names(
             classes="AbsBinarySignGradFn BinarySignSteFn CeilSteFn DPURoundSteFn FloorSteFn InplaceTensorClampSteFn RoundSteFn RoundToZeroSteFn ScalarClampMinSteFn ScalarClampSteFn TensorClampSteFn TernarySignSteFn",
-            functions="abs_binary_sign_grad_impl binary_sign_ste_impl ceil_ste_impl dpu_round_ste_impl floor_ste_impl round_ste_impl round_to_zero_ste_impl scalar_clamp_min_ste_impl scalar_clamp_ste_impl tensor_clamp_ste_impl ternary_sign_ste_impl",
+            functions="abs_binary_sign_grad_impl binary_sign_ste_impl ceil_ste_impl dpu_round_ste_impl floor_ste_impl round_ste_impl round_to_zero_ste_impl scalar_clamp_min_ste_impl scalar_clamp_ste_impl tensor_clamp_ste_impl tensor_clamp_ste_impl_ ternary_sign_ste_impl",
         ),
     ),
     "proxy": (ACC, _names(classes="ClampQuantProxyFromInjector")),
@@ -478,6 +501,20 @@ HINTS: Dict[Tuple[str, str], str] = {
     ("fx", "torch_version"): "use brevitas_cpp.torch_version instead",
     ("fx.value_tracer", "torch_version"): "use brevitas_cpp.torch_version instead",
 }
+HINTS.update(
+    {
+        ("graph.calibrate", name): "use brevitas_cpp.graph.calibration_mode (it extends, averages "
+        "and finalizes the statistics collection itself) instead"
+        for name in (
+            "BN_LAYERS",
+            "extend_collect_stats_steps",
+            "finalize_collect_stats",
+            "norm_correction_mode",
+            "set_collect_stats_to_average",
+            "unpack_input",
+        )
+    }
+)
 HINTS.update(
     {
         ("graph", name): EQUALIZE

@@ -9,9 +9,9 @@ dependency of brevitas_cpp), with BREVITAS_JIT unset:
 Every module of the package is imported (pkgutil.walk_packages, and the modules under folders
 without an ``__init__.py``, which it does not enter). The export and ``graph.magr`` modules need
 ``pip install onnxscript tqdm`` in that environment (Brevitas imports them; without them those
-modules are recorded as failing). A module's public names are its
-``__all__`` where it defines one; otherwise the names not starting with ``_`` that the module
-binds itself (def, class, assignment, at top level), the names it star-imports from Brevitas
+modules are recorded as failing). A module's public names are the names not starting with
+``_`` that it binds itself (def, class, assignment, at top level), plus its ``__all__`` where it
+defines one; without ``__all__``, also the names it star-imports from Brevitas
 (``brevitas.inject.defaults``) and, for a package's ``__init__``, the names it re-exports from
 Brevitas or from ``dependencies`` (the injector library ``brevitas.inject`` re-exports as its own
 API). A plain module's named imports are its dependencies, not its API; names
@@ -103,10 +103,16 @@ def public_names(module: types.ModuleType, cache: Dict[str, Set[str]]) -> Dict[s
     """{name: kind} of the module's public names (see the module docstring)."""
     names: Dict[str, str] = {}
     namespace = vars(module)
+    defined, imported, stars = _bindings(module)
     if "__all__" in namespace:
         # A name __all__ lists but the module never defines is no name (importing it fails).
-        return {name: _kind(namespace[name]) for name in namespace["__all__"] if name in namespace}
-    defined, imported, stars = _bindings(module)
+        # What the module defines itself without a leading underscore is public too: Brevitas's
+        # own examples import such names (core.zero_point.RuntimeDynamicGroupZeroPoint).
+        listed = [name for name in namespace["__all__"] if name in namespace]
+        own = [name for name in defined if not name.startswith("_") and name in namespace]
+        names = {name: _kind(namespace[name]) for name in listed + own}
+        cache[module.__name__] = set(names)
+        return names
     star_names: Set[str] = set()
     # A package re-exports what its __init__ imports from Brevitas, and any module what it
     # star-imports (brevitas.inject.defaults); a plain module's named imports are its own

@@ -45,6 +45,7 @@ __all__ = [
     "ParameterFromStatsFromParameterZeroPoint",
     "ParameterZeroPoint",
     "PreZeroCenterZeroPoint",
+    "RuntimeDynamicGroupZeroPoint",
     "StatsFromParameterZeroPoint",
     "ZeroZeroPoint",
     "_ScaleShiftZeroPoint",
@@ -411,3 +412,30 @@ class PreZeroCenterZeroPoint(jit.ScriptModule):
     def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
         # DecoupledIntQuant adds the zero point to x / pre_scale: the center is scaled alike.
         return self.get_zero_center(x) / scale
+
+
+class RuntimeDynamicGroupZeroPoint(jit.ScriptModule):
+    """A zero point per group of the runtime input (the asymmetric counterpart of
+    RuntimeDynamicGroupStatsScaling), recomputed on every call: input_view_impl lays the input
+    out as groups, zero_point_stats_impl reduces each group to its minimum (say), and the
+    zero point is minus that statistic, in the integer domain of the group's scale."""
+
+    def __init__(
+        self,
+        input_view_impl: Module,
+        zero_point_stats_impl: Module,
+        int_quant: Module,
+        quantize_zero_point: bool,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.input_view_impl = checked_module(owner, "input_view_impl", input_view_impl)
+        self.zero_point_stats_impl = checked_module(
+            owner, "zero_point_stats_impl", zero_point_stats_impl
+        )
+        self.scale_shift_zero_point = _scale_shift(owner, int_quant, quantize_zero_point)
+
+    @jit.script_method
+    def forward(self, stats_input: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        stats = self.zero_point_stats_impl(self.input_view_impl(stats_input))
+        return self.scale_shift_zero_point(-stats, scale, bit_width)

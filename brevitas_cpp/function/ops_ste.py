@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 import brevitas_cpp._load  # noqa: F401  (registers the ops)
+from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.function.ops import tensor_clamp_
 
 
@@ -85,3 +86,7 @@ def ternary_sign_ste(x: Tensor) -> Tensor:
 def abs_binary_sign_grad(x: Tensor) -> Tensor:
     """|x| whose gradient is grad * binary_sign(x), so +1 (not 0) at x = 0."""
     return torch.ops.brevitas_cpp.abs_binary_sign_grad(x)
+
+
+# Brevitas's backend switches (fn_prefix, script_flag): one backend here, the C++ ops.
+__getattr__ = unsupported_getattr(__name__)

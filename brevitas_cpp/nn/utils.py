@@ -8,7 +8,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from brevitas_cpp.function.shape import channel_view_shape
-from brevitas_cpp.proxy.parameter_quant import (
+from brevitas_cpp.proxy.weight_bias_quant import (
     BiasQuantProxyFromInjectorBase,
     WeightQuantProxyFromInjectorBase,
 )

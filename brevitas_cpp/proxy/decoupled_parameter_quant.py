@@ -11,9 +11,9 @@ from typing import Any, Optional, Tuple
 from torch import Tensor, nn
 
 from brevitas_cpp.core.function_wrapper import Identity
-from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
 from brevitas_cpp.proxy.script import QuantTuple
 from brevitas_cpp.proxy.utils import _CachedIO
+from brevitas_cpp.proxy.weight_bias_quant import WeightQuantProxyFromInjector
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
 __all__ = [

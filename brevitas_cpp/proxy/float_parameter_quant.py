@@ -12,9 +12,9 @@ from torch import Tensor, nn
 from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.core.function_wrapper import Identity
 from brevitas_cpp.proxy.float_format import MinifloatFormatQueries, minifloat_bit_width
-from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjectorBase
 from brevitas_cpp.proxy.script import QuantTuple
 from brevitas_cpp.proxy.utils import _CachedIOFloat
+from brevitas_cpp.proxy.weight_bias_quant import WeightQuantProxyFromInjectorBase
 from brevitas_cpp.quant_tensor import FloatQuantTensor
 
 __all__ = ["WeightFloatQuantProxyFromInjector", "WeightFloatQuantProxyFromInjectorBase"]

@@ -6,7 +6,7 @@ from typing import Any, Tuple
 from torch import Tensor
 
 from brevitas_cpp.proxy.groupwise import _GroupwiseWeightProxy
-from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
+from brevitas_cpp.proxy.weight_bias_quant import WeightQuantProxyFromInjector
 
 __all__ = ["GroupwiseWeightQuantProxyFromInjector"]
 

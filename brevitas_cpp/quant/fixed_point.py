@@ -61,6 +61,13 @@ class Uint8ActPerTensorFixedPoint(
     percentile statistics."""
 
 
+class Int8ActPerTensorFixedPointMinMaxInit(
+    IntQuant, ParamMinMaxInitScaling, PerTensorPoTScaling8bit, ActQuantSolver
+):
+    """Signed 8-bit activations, learned power-of-two scale initialised from
+    max(|min_val|, |max_val|) (given by the user). Public but outside __all__, as in Brevitas."""
+
+
 class Uint8ActPerTensorFixedPointMaxInit(
     UintQuant, ParamMinMaxInitScaling, PerTensorPoTScaling8bit, ActQuantSolver
 ):

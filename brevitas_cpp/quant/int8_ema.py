@@ -23,8 +23,8 @@ from brevitas_cpp.core.quant import QuantizationInt8
 from brevitas_cpp.core.quant.int8_ema import check_quantization_int8_args
 from brevitas_cpp.inject.enum import FloatToIntImplType, QuantType, ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
-from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
 from brevitas_cpp.proxy.runtime_quant import ActQuantProxyFromInjector
+from brevitas_cpp.proxy.weight_bias_quant import WeightQuantProxyFromInjector
 from brevitas_cpp.quant.solver.common import QuantizerSolveError, quantizer_name, to_enum
 from brevitas_cpp.quant.solver.parameter import require_module
 from brevitas_cpp.quant.solver.weight import (

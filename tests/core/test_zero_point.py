@@ -17,11 +17,17 @@ from helpers import brevitas_format
 from torch import Tensor
 
 from brevitas_cpp import config, jit
-from brevitas_cpp.core.function_wrapper import OverOutputChannelView, OverTensorView
+from brevitas_cpp.core.function_wrapper import (
+    DynamicOverSubChannelBlockView,
+    OverOutputChannelView,
+    OverTensorView,
+)
+from brevitas_cpp.core.stats import NegativeMinOrZero
 from brevitas_cpp.core.zero_point import (
     ParameterFromRuntimeZeroPoint,
     ParameterFromStatsFromParameterZeroPoint,
     ParameterZeroPoint,
+    RuntimeDynamicGroupZeroPoint,
     StatsFromParameterZeroPoint,
     ZeroZeroPoint,
     _ScaleShiftZeroPoint,
@@ -180,6 +186,27 @@ def test_scale_shift_zero_point_bad_arguments():
         TypeError, match="_ScaleShiftZeroPoint: quantize_zero_point must be a bool, got 'no'"
     ):
         _ScaleShiftZeroPoint(RefIntQuant(False), "no")
+
+
+@QUANTIZE
+def test_runtime_dynamic_group_zero_point(quantize):
+    """Brevitas's public (not in __all__) block: per group of 4 along the last dim, minus the
+    group's NegativeMinOrZero, into the integer domain of that group's scale."""
+    block = RuntimeDynamicGroupZeroPoint(
+        DynamicOverSubChannelBlockView(group_size=4, group_dim=-1),
+        NegativeMinOrZero(stats_reduce_dim=-1, keepdim=True),
+        RefIntQuant(signed=False),
+        quantize,
+    )
+    assert_scripted(block)
+    x = torch.tensor([[-0.3, 0.2, 0.1, -0.05, 0.4, 0.5, 0.6, 0.7], [0.0, -1.0, 2.0, 3.0] * 2])
+    scale = torch.tensor([[0.01, 0.02], [0.05, 0.03]]).unsqueeze(-1)
+    out = block(x, scale, BIT_WIDTH)
+    groups = x.view(2, 2, 4)
+    z = -torch.clamp(groups.min(dim=-1, keepdim=True).values, max=0.0)
+    assert torch.equal(out, ref_scale_shift(z, scale, BIT_WIDTH, False, quantize))
+    # 1.0 / 0.05 = 20 lies above the 4-bit range: clamped to 15 when quantized.
+    assert out.shape == (2, 2, 1) and (not quantize or out.max().item() == 15.0)
 
 
 # ---- StatsFromParameterZeroPoint ------------------------------------------------------------------

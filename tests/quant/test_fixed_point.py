@@ -20,7 +20,10 @@ from brevitas_cpp.quant import (
     Uint8ActPerTensorFixedPoint,
     Uint8ActPerTensorFixedPointMaxInit,
 )
-from brevitas_cpp.quant.fixed_point import Int8WeightPerChannelFixedPoint
+from brevitas_cpp.quant.fixed_point import (
+    Int8ActPerTensorFixedPointMinMaxInit,
+    Int8WeightPerChannelFixedPoint,
+)
 
 ZERO = torch.tensor(0.0)
 TWO = torch.tensor(2.0)
@@ -102,6 +105,18 @@ def test_fixed_point_act_learned_exponent_from_max_val():
     assert torch.equal(y.detach(), ref.detach())
     ref.backward(g)
     torch.testing.assert_close(value.grad, v.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_fixed_point_signed_act_exponent_from_min_max_val():
+    """Brevitas's public (not in __all__) Int8ActPerTensorFixedPointMinMaxInit: the exponent
+    starts at log2(max(|min_val|, |max_val|)), over the signed power-of-two range 2^7."""
+    tq = Int8ActPerTensorFixedPointMinMaxInit.let(min_val=-3.0, max_val=0.5).tensor_quant
+    assert torch.equal(tq.scaling_impl.value.detach(), torch.log2(torch.tensor(3.0)))
+    x = rand((4, 30), seed=5) * 4
+    y, scale, _, bit_width = tq(x)
+    assert torch.equal(scale, torch.tensor(4.0 / 128.0)) and bit_width.item() == 8
+    ref = ref_int_quant(x, scale, ZERO, torch.tensor(8.0), True, False)
+    assert torch.equal(y, ref)
 
 
 def test_fixed_point_bias_with_its_own_scale():

@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple, Type, Union
 from torch import Tensor
 
 from brevitas_cpp.inject import ExtendedInjector, Injector
-from brevitas_cpp.proxy.parameter_quant import BiasQuantProxyProtocol, WeightQuantProxyProtocol
+from brevitas_cpp.proxy.weight_bias_quant import BiasQuantProxyProtocol, WeightQuantProxyProtocol
 from brevitas_cpp.quant import NoneBiasQuant, NoneWeightQuant
 from brevitas_cpp.quant_tensor import QuantTensor
 

@@ -4,7 +4,7 @@
 from brevitas_cpp.core.quant import PrescaledRestrictIntQuant, RescalingIntQuant
 from brevitas_cpp.inject.enum import QuantType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
-from brevitas_cpp.proxy.parameter_quant import BiasQuantProxyFromInjector
+from brevitas_cpp.proxy.weight_bias_quant import BiasQuantProxyFromInjector
 from brevitas_cpp.quant.solver.common import (
     SolveBitWidthImplFromEnum,
     SolveDtypeDeviceFromTrackedParameterList,

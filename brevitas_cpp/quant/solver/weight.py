@@ -13,7 +13,7 @@ from brevitas_cpp.core.quant import BinaryQuant
 from brevitas_cpp.function.shape import grouped_shape
 from brevitas_cpp.inject.enum import ScalingPerOutputType
 from brevitas_cpp.inject.injector import ExtendedInjector, value
-from brevitas_cpp.proxy.parameter_quant import WeightQuantProxyFromInjector
+from brevitas_cpp.proxy.weight_bias_quant import WeightQuantProxyFromInjector
 from brevitas_cpp.quant.solver.common import (
     QuantizerSolveError,
     SolveBitWidthImplFromEnum,

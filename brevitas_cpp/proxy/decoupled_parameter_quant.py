@@ -19,7 +19,17 @@ from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 __all__ = [
     "DecoupledWeightQuantProxyFromInjector",
     "DecoupledWeightQuantWithInputProxyFromInjector",
+    "QuantInputRequiredError",
 ]
+
+# Brevitas asserts with this phrase: it leads ours.
+NO_CACHED_INPUT = "No cached quant input found"
+
+
+class QuantInputRequiredError(RuntimeError, AssertionError):
+    """An accumulator-aware weight quantizer used without a quantized input. Brevitas raises an
+    AssertionError here (scale() included); this is also a RuntimeError, as our other refusals
+    of a missing input are."""
 
 
 class DecoupledWeightQuantProxyFromInjector(WeightQuantProxyFromInjector):
@@ -150,8 +160,8 @@ class DecoupledWeightQuantWithInputProxyFromInjector(DecoupledWeightQuantProxyFr
     def _cached_input_format(self) -> Tuple[Tensor, bool]:
         if self._cached_act is not None:
             return self._cached_act.bit_width, bool(self._cached_act.signed)
-        raise RuntimeError(
-            f"{self._owner()}: weight quantizer {self.quant_injector.__name__} bounds the "
+        raise QuantInputRequiredError(
+            f"{NO_CACHED_INPUT}: {self._owner()}: weight quantizer {self.quant_injector.__name__} bounds the "
             f"accumulator (requires_quant_input), so it needs the bit width and sign of the "
             f"layer's quantized input, but the input is not quantized and no input was cached. "
             f"Quantize the layer's input (input_quant=..., e.g. Int8ActPerTensorFloat, or pass "

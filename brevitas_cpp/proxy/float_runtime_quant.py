@@ -111,12 +111,12 @@ class DynamicActFloatQuantProxyFromInjector(ActFloatQuantProxyFromInjector):
 
     def scale(self, force_eval: bool = True):
         raise RuntimeError(
-            f"{type(self).__name__}: the scale of a dynamic activation quantizer depends on the "
-            f"input; read it from the QuantTensor the proxy returns"
+            f"Scale for Dynamic Act Quant is input-dependant: {type(self).__name__}: the scale "
+            f"depends on the input; read it from the QuantTensor the proxy returns"
         )
 
     def zero_point(self, force_eval: bool = True):
         raise RuntimeError(
-            f"{type(self).__name__}: the zero point of a dynamic activation quantizer depends on "
-            f"the input; read it from the QuantTensor the proxy returns"
+            f"Zero point for Dynamic Act Quant is input-dependant: {type(self).__name__}: the "
+            f"zero point depends on the input; read it from the QuantTensor the proxy returns"
         )

@@ -427,6 +427,18 @@ def test_a2q_layer_uses_the_quantized_input(quant):
         proxy.pre_scale()
 
 
+@pytest.mark.parametrize("quant", A2Q)
+def test_a2q_without_a_quantized_input_raises_what_brevitas_asserts(quant):
+    """Brevitas asserts "No cached quant input found" (scale() runs the proxy): the error is an
+    AssertionError and a RuntimeError, Brevitas's phrase first."""
+    layer = QuantLinear(10, 5, weight_quant=quant)
+    for use in (layer.weight_quant.scale, layer.weight_quant.zero_point):
+        with pytest.raises(AssertionError, match=r"^No cached quant input found: .*bounds the"):
+            use()
+    with pytest.raises(RuntimeError, match=r"^No cached quant input found: "):
+        layer(torch.randn(2, 10))
+
+
 def test_a2q_input_sign_comes_from_the_input():
     """An unsigned input halves the largest input magnitude's power of two: a larger bound."""
     torch.manual_seed(0)

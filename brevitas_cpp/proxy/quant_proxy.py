@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from brevitas_cpp import config
+from brevitas_cpp._unsupported import UnsupportedError
 from brevitas_cpp.core._state_dict import METADATA_KEY, saved_metadata
 from brevitas_cpp.core.bit_width import BitWidthConst
 from brevitas_cpp.core.function_wrapper import ROUNDING_MODE_OF_IMPL
@@ -298,6 +299,15 @@ class QuantProxyFromInjector(
                 return out
             return as_quant_tuple(out)
         return self.quant_tuple(x)
+
+    def compile_quant(self, compile_export: bool = False) -> None:
+        """Brevitas's torch.compile of this quantizer alone (which also renames its state_dict
+        keys under ``_orig_mod``): not supported; compile the model instead."""
+        raise UnsupportedError(
+            f"brevitas_cpp does not support {type(self).__name__}.compile_quant (Brevitas "
+            f"compiles each quantizer on its own); use torch.compile(model) instead, which "
+            f"compiles the quantizers with the layers around them"
+        )
 
     def apply_input_view(self, x: torch.Tensor) -> torch.Tensor:
         return self.input_view_impl(x)

@@ -203,6 +203,11 @@ def test_quant_inference_mode_refusals():
             pass
     with pytest.raises(TypeError, match="enabled must be a bool"):
         quant_inference_mode(model, enabled=1)
+    proxies = [m for m in model.modules() if hasattr(m, "tensor_quant")]
+    for proxy in proxies:
+        with pytest.raises(UnsupportedError, match=r"compile_quant .*torch.compile\(model\)"):
+            proxy.compile_quant()
+    assert proxies
 
 
 def test_small_modules():

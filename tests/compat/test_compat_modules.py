@@ -18,6 +18,7 @@ from brevitas_cpp.core.restrict_val import QuantRestrictValue
 from brevitas_cpp.export.inference import quant_inference_mode
 from brevitas_cpp.inject.enum import FloatToIntImplType
 from brevitas_cpp.nn import HadamardClassifier
+from brevitas_cpp.proxy import QuantProxyFromInjector
 from brevitas_cpp.quant import Int8WeightPerTensorFloat, Int32Bias
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 from brevitas_cpp.utils import python_utils, quant_utils
@@ -203,7 +204,7 @@ def test_quant_inference_mode_refusals():
             pass
     with pytest.raises(TypeError, match="enabled must be a bool"):
         quant_inference_mode(model, enabled=1)
-    proxies = [m for m in model.modules() if hasattr(m, "tensor_quant")]
+    proxies = [m for m in model.modules() if isinstance(m, QuantProxyFromInjector)]
     for proxy in proxies:
         with pytest.raises(UnsupportedError, match=r"compile_quant .*torch.compile\(model\)"):
             proxy.compile_quant()

@@ -112,9 +112,54 @@ def test_bias_correction_removes_the_mean_error_of_the_weight_quantization():
 
 def test_bias_correction_creates_a_missing_bias():
     layer = qnn.QuantConv2d(2, 3, 3, bias=False, weight_bit_width=2)
+    with bias_correction_mode(layer, skip_if_no_bias=True):
+        layer(torch.randn(2, 2, 6, 6) + 1.0)
+    assert layer.bias is None
+    with bias_correction_mode(layer, enabled=False):
+        layer(torch.randn(2, 2, 6, 6) + 1.0)
+    assert layer.bias is None
     with bias_correction_mode(layer):
         layer(torch.randn(2, 2, 6, 6) + 1.0)
     assert layer.bias is not None and layer.bias.shape == (3,)
+    with pytest.raises(TypeError, match="bias_correction_mode: skip_if_no_bias must be a bool"):
+        with bias_correction_mode(layer, skip_if_no_bias=1):
+            pass
+
+
+def test_bias_correction_feeds_the_float_output_on():
+    """Brevitas hands the next layers each layer's float output while correcting (errors do not
+    pile up), and its output quantizers are off: the model returns the float model's output."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        qnn.QuantLinear(
+            6, 5, bias=True, weight_bit_width=3, output_quant=qquant.Int8ActPerTensorFloat
+        ),
+        qnn.QuantLinear(5, 4, bias=True, weight_bit_width=3),
+    )
+    x = torch.randn(8, 6)
+    float_out = F.linear(
+        F.linear(x, model[0].weight, model[0].bias), model[1].weight, model[1].bias
+    )
+    with bias_correction_mode(model.eval()):
+        out = model(x)
+    assert torch.equal(out, float_out)
+    assert model[0].output_quant.is_quant_enabled
+
+
+def test_calibration_averages_batches_whatever_the_quantizer_momentum():
+    """Brevitas's calibration_mode sets collect_stats_steps and the momentum aside: with the
+    default EMA (momentum 0.1) and 2 warm-up steps, 3 batches still give their plain average."""
+    relu = qnn.QuantReLU(scaling_stats_op="max", collect_stats_steps=2)
+    maxima = [1.0, 4.0, 7.0]
+    with calibration_mode(relu):
+        for top in maxima:
+            relu(torch.linspace(0.0, top, 11))
+    scaling = relu.act_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl
+    assert torch.allclose(relu.act_quant.scale(), torch.tensor(sum(maxima) / 3 / 255))
+    assert scaling.collect_stats_steps == 2 and scaling.momentum == 0.1
+    with pytest.raises(TypeError, match="calibration_mode: enabled must be a bool"):
+        with calibration_mode(relu, enabled="no"):
+            pass
 
 
 def _a2q_program(qnn, quant, calibration, weight_quant: str, data, correct: bool = True):
@@ -150,16 +195,16 @@ def _a2q_program(qnn, quant, calibration, weight_quant: str, data, correct: bool
 )
 def test_bias_correction_of_accumulator_aware_layers(weight_quant):
     """A2Q/A2Q+ quantize the weight with the layer's quantized input (its bit width and sign
-    bound the weight's L1 norm), and bias correction measures the error of that weight. Expected,
-    written out: the mean over the data of conv(qx, W) minus the uncorrected layer's output
-    (conv(qx, Wq): no bias, no output quantizer)."""
+    bound the weight's L1 norm). Brevitas's correction, written out: over the batches, the mean
+    of the per-channel means of the float layer's output (input, weight and bias unquantized:
+    conv(x, W)) minus those of the uncorrected layer's output (conv(qx, Wq))."""
     calibration = importlib.import_module("brevitas_cpp.graph.calibrate")
     gen = torch.Generator().manual_seed(1)
     data = [torch.randn(4, 3, 6, 6, generator=gen) + 0.5 for _ in range(3)]
     plain = _a2q_program(qnn, qquant, calibration, weight_quant, data, correct=False)
     with torch.no_grad():
-        errors = [F.conv2d(plain.input_quant(x).value, plain.weight) - plain(x) for x in data]
-    expected = torch.cat(errors).mean(dim=(0, 2, 3))
+        errors = [(F.conv2d(x, plain.weight) - plain(x)).mean(dim=(0, 2, 3)) for x in data]
+    expected = sum(errors) / len(errors)
     layer = _a2q_program(qnn, qquant, calibration, weight_quant, data)
     assert layer.bias is not None and layer.bias.shape == (4,)
     assert torch.allclose(layer.bias, expected, rtol=1e-5, atol=1e-6)

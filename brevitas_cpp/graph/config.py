@@ -28,6 +28,7 @@ CONFIG_KEYS = (
     "policies",
     "ignored_scopes",
     "target_scopes",
+    "validate_scopes",
 )
 
 

@@ -9,7 +9,6 @@ as a parameter group of their own.
 """
 
 import pathlib
-import re
 import warnings
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -27,6 +26,7 @@ from brevitas_cpp.graph.overrides import (
 )
 from brevitas_cpp.graph.replacement import ReplacementFactory, default_replacement_factory
 from brevitas_cpp.graph.scheduler import CompressionScheduler
+from brevitas_cpp.graph.scopes import ModuleAddresses, ScopeSelection, module_addresses
 from brevitas_cpp.graph.trace import module_scopes
 from brevitas_cpp.nn.mixin import QuantLayerMixin
 from brevitas_cpp.nn.quant_mha import QuantMultiheadAttention
@@ -48,10 +48,11 @@ class Quantizer:
       the forward, so only True is accepted (Distiller's False quantizes the weights in place).
     - optimizer, quant_param_group: the optimizer to give the new parameters to, and the
       options of their group (e.g. {"weight_decay": 0.0}).
-    - ignored_scopes, target_scopes: NNCF's selections, exact names or ``{re}`` patterns,
-      matched against a module's name (``layer1.0.conv1``) and its scope
-      (``ResNet/Sequential[layer1]/BasicBlock[0]/Conv2d[conv1]``): a module is replaced only if
-      it is in a target scope (when any is given) and in no ignored one.
+    - ignored_scopes, target_scopes: NNCF's selections, read as NNCF reads them (exact
+      addresses or ``{re}`` patterns searched in them; see graph.scopes): a module is replaced
+      only if it is in a target scope (when any is given) and in no ignored one. An entry that
+      selects no module is an error naming the closest addresses, a warning with
+      validate_scopes=False (NNCF's key).
     - policies: the scheduler's policies as config entries ({"policy": "QuantizationDelay",
       "starting_epoch": 2}); controller() builds them for the prepared model.
     """
@@ -71,6 +72,7 @@ class Quantizer:
         policies: Optional[List[Mapping[str, Any]]] = None,
         ignored_scopes: Optional[List[str]] = None,
         target_scopes: Optional[List[str]] = None,
+        validate_scopes: bool = True,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Quantizer: model must be an nn.Module, got {type(model).__name__}")
@@ -105,6 +107,9 @@ class Quantizer:
         self.policies = list(policies or [])
         self.ignored_scopes = ScopeSelection("ignored_scopes", ignored_scopes)
         self.target_scopes = ScopeSelection("target_scopes", target_scopes)
+        if not isinstance(validate_scopes, bool):
+            raise TypeError(f"Quantizer: validate_scopes must be a bool, got {validate_scopes!r}")
+        self.validate_scopes = validate_scopes
         CompressionScheduler.from_config(model, self.policies)
         # name -> (float type, quant type, settings), filled by prepare_model.
         self.replaced: Dict[str, Tuple[type, type, LayerSettings]] = OrderedDict()
@@ -130,19 +135,23 @@ class Quantizer:
         # Each replacement with the float module's Parameters, for the optimizer's groups.
         origins: List[Tuple[nn.Module, List[nn.Parameter]]] = []
         # Listed first, replaced after: the walk does not see the modules it inserts.
+        scopes = module_scopes(self.model)
+        addresses = {
+            name: module_addresses(name, scopes.get(id(module), ""), module)
+            for name, module in self.model.named_modules(remove_duplicate=False)
+        }
         places = [
             (name, module)
             for name, module in self.model.named_modules(remove_duplicate=False)
             if type(module) in self.replacement_factory
         ]
-        scopes = module_scopes(self.model)
+        self._check_scopes(addresses)
         # Every replacement is built before any is put in place: an error leaves the model as
         # it was.
         swaps: List[Tuple[str, nn.Module]] = []
         for name, module in places:
-            addresses = (name, scopes.get(id(module), ""))
-            if self.ignored_scopes.selects(*addresses) or (
-                self.target_scopes and not self.target_scopes.selects(*addresses)
+            if self.ignored_scopes.selects(addresses[name]) or (
+                self.target_scopes and not self.target_scopes.selects(addresses[name])
             ):
                 self.kept_float.append(name)
                 continue
@@ -189,10 +198,16 @@ class Quantizer:
         self.replaced[name] = (type(module), type(quant), settings)
         return quant
 
-    def _report_unused_overrides(self) -> None:
+    def _check_scopes(self, addresses: Dict[str, ModuleAddresses]) -> None:
+        """Every scope entry selects some module of the model (any module: NNCF validates
+        against the whole graph), before anything is replaced."""
+        known = [a for module in addresses.values() for a in module.own]
         for selection in (self.ignored_scopes, self.target_scopes):
-            for entry in selection.unmatched():
-                warnings.warn(f"Quantizer: {selection.what} entry {entry!r} matches no module")
+            for module in addresses.values():
+                selection.selects(module)
+            selection.check_all_selected(known, self.validate_scopes)
+
+    def _report_unused_overrides(self) -> None:
         for pattern in self.overrides.unmatched():
             warnings.warn(f"Quantizer: override {pattern!r} matches no replaceable module")
         used: Dict[str, set] = {}
@@ -266,47 +281,6 @@ class Quantizer:
             "kept_float": list(self.kept_float),
             "fraction_replaced": len(self.replaced) / total if total else 0.0,
         }
-
-
-class ScopeSelection:
-    """NNCF's ignored_scopes / target_scopes: entries that are exact names or scopes, or
-    ``{re}<pattern>`` matched against the whole name or scope."""
-
-    def __init__(self, what: str, entries: Optional[List[str]]) -> None:
-        self.what = what
-        if entries is not None and (
-            isinstance(entries, str) or not all(isinstance(e, str) for e in entries)
-        ):
-            raise TypeError(f"Quantizer: {what} must be a list of strings, got {entries!r}")
-        self._entries = []
-        for entry in entries or []:
-            if entry.startswith("{re}"):
-                try:
-                    self._entries.append((entry, re.compile(entry[4:])))
-                except re.error as exc:
-                    raise ValueError(
-                        f"Quantizer: {what}: {entry!r} is not a regular expression ({exc})"
-                    )
-            else:
-                self._entries.append((entry, None))
-        self._matched: set = set()
-
-    def __bool__(self) -> bool:
-        return bool(self._entries)
-
-    def selects(self, *addresses: str) -> bool:
-        found = False
-        for entry, pattern in self._entries:
-            hit = any(
-                (pattern.fullmatch(a) if pattern is not None else a == entry) for a in addresses
-            )
-            if hit:
-                self._matched.add(entry)
-                found = True
-        return found
-
-    def unmatched(self) -> List[str]:
-        return [entry for entry, _ in self._entries if entry not in self._matched]
 
 
 def _disable_fused_fast_paths(model: nn.Module) -> None:

@@ -375,10 +375,11 @@ def test_ignored_and_target_scopes_by_name_scope_and_pattern():
     assert replaced(ignored_scopes=["fc", "FloatNet/ReLU[relu1]"])[0] == ["conv1", "conv2", "relu2"]
     assert replaced(target_scopes=["{re}conv.*"])[0] == ["conv1", "conv2"]
     names, messages = replaced(
-        target_scopes=["{re}FloatNet/Conv2d.*"], ignored_scopes=["conv2", "nope"]
-    )
+        target_scopes=["{re}FloatNet/Conv2d.*"], ignored_scopes=["conv2", "nope"],
+        validate_scopes=False,
+    )  # fmt: skip
     assert names == ["conv1"]
-    assert messages == ["Quantizer: ignored_scopes entry 'nope' matches no module"]
+    assert len(messages) == 1 and "ignored_scopes entries select no module" in messages[0]
     with pytest.raises(TypeError, match="ignored_scopes must be a list of strings"):
         Quantizer(FloatNet(), ignored_scopes="fc")
     with pytest.raises(ValueError, match=r"target_scopes: '\{re\}\(' is not a regular expression"):

@@ -48,6 +48,7 @@ __all__ = [
     "RuntimeDynamicGroupZeroPoint",
     "StatsFromParameterZeroPoint",
     "ZeroZeroPoint",
+    "_ScaleShiftQuantZeroPoint",
     "_ScaleShiftZeroPoint",
 ]
 
@@ -113,6 +114,38 @@ class _ScaleShiftZeroPoint(jit.ScriptModule):
         if self.quantize_zero_point:
             return self.int_quant.to_int(scale, min_int, bit_width, zero_point)
         return zero_point / scale + min_int
+
+
+class _ScaleShiftQuantZeroPoint(jit.ScriptModule):
+    """Brevitas's quantized zero point (private there too, used by its scaling-quant tests): the
+    float zero point quantized by a quantizer of its own (zp_int_quant, returning (value, scale,
+    zero point, bit width, ...)), viewed back to zero_point_dequantized_shape when given (a
+    groupwise quantizer's view), then value / scale + min_int."""
+
+    __constants__ = ["reshape"]
+
+    def __init__(
+        self,
+        zp_int_quant: Module,
+        int_quant: Module,
+        zero_point_shape: Tuple[int, ...],
+        zero_point_dequantized_shape: Optional[Tuple[int, ...]],
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.zp_int_quant = checked_module(owner, "zp_int_quant", zp_int_quant)
+        self.int_quant = _checked_int_quant(owner, int_quant)
+        self.zero_point_shape = tuple(zero_point_shape)
+        self.reshape = zero_point_dequantized_shape is not None
+        self.dequantized_shape: List[int] = list(zero_point_dequantized_shape or ())
+
+    @jit.script_method
+    def forward(self, zero_point: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        min_int = self.int_quant.min_int(bit_width)
+        quant_zero_point = self.zp_int_quant(zero_point)[0]
+        if self.reshape:
+            quant_zero_point = quant_zero_point.view(self.dequantized_shape)
+        return quant_zero_point / scale + min_int
 
 
 class StatsFromParameterZeroPoint(jit.ScriptModule):

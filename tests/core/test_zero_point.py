@@ -30,6 +30,7 @@ from brevitas_cpp.core.zero_point import (
     RuntimeDynamicGroupZeroPoint,
     StatsFromParameterZeroPoint,
     ZeroZeroPoint,
+    _ScaleShiftQuantZeroPoint,
     _ScaleShiftZeroPoint,
 )
 
@@ -173,6 +174,27 @@ def test_scale_shift_zero_point(quantize, signed):
     expected.backward(g)
     assert_grad_close(z.grad, zr.grad)
     assert_grad_close(scale.grad, sr.grad)
+
+
+class HalfStepQuant(jit.ScriptModule):
+    """A zero-point quantizer stand-in: rounds to multiples of 0.5, returns Brevitas's tuple."""
+
+    @jit.script_method
+    def forward(self, x: Tensor):
+        return torch.round(x * 2.0) / 2.0, torch.tensor(0.5), torch.tensor(0.0), torch.tensor(4.0)
+
+
+@pytest.mark.parametrize("dequantized_shape", [None, (2, 2)])
+def test_scale_shift_quant_zero_point(dequantized_shape):
+    """Brevitas's private quantized zero point: zp_int_quant's value, viewed back to the
+    dequantized shape, then value / scale + min_int."""
+    block = _ScaleShiftQuantZeroPoint(HalfStepQuant(), RefIntQuant(True), (4,), dequantized_shape)
+    assert_scripted(block)
+    z = torch.tensor([0.2, 0.9, -1.3, 2.6])
+    scale = torch.tensor(0.25)
+    expected = torch.tensor([0.0, 1.0, -1.5, 2.5]) / scale - 8.0
+    out = block(z, scale, BIT_WIDTH)
+    assert torch.equal(out, expected if dequantized_shape is None else expected.view(2, 2))
 
 
 def test_scale_shift_zero_point_bad_arguments():

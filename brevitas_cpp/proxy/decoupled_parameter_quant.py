@@ -161,8 +161,9 @@ class DecoupledWeightQuantWithInputProxyFromInjector(DecoupledWeightQuantProxyFr
         if self._cached_act is not None:
             return self._cached_act.bit_width, bool(self._cached_act.signed)
         raise QuantInputRequiredError(
-            f"{NO_CACHED_INPUT}: {self._owner()}: weight quantizer {self.quant_injector.__name__} bounds the "
-            f"accumulator (requires_quant_input), so it needs the bit width and sign of the "
+            f"{NO_CACHED_INPUT}: {self._owner()}: weight quantizer "
+            f"{self.quant_injector.__name__} bounds the accumulator (requires_quant_input), so "
+            f"it needs the bit width and sign of the "
             f"layer's quantized input, but the input is not quantized and no input was cached. "
             f"Quantize the layer's input (input_quant=..., e.g. Int8ActPerTensorFloat, or pass "
             f"an IntQuantTensor), or set cache_inference_quant_act=True on this proxy and run "

@@ -4,14 +4,17 @@ A pattern is a regular expression matched against the whole module name (``conv1
 match ``conv10``; ``layer1\\..*`` matches every module of a block). A value is a bit width for
 weights and activations, None (leave the module in float), or a dict of ``bits_weights``,
 ``bits_activations`` and Brevitas keywords (``weight_quant``, ``weight_bit_width``,
-``act_quant``, ``input_quant``, ...), given to the replacement layer's constructor.
+``act_quant``, ``input_quant``, ...), given to the replacement layer's constructor. In the dict,
+a null bit width keeps that tensor type in float, as Distiller writes it
+(``{bits_weights: null}``): a weight layer stays float without weight bits, an activation
+without activation bits.
 """
 
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-__all__ = ["LayerSettings", "OverrideTable", "OverrideValue", "check_bit_width"]
+__all__ = ["KeepInFloat", "LayerSettings", "OverrideTable", "OverrideValue", "check_bit_width"]
 
 OverrideValue = Union[None, int, Mapping[str, Any]]
 _BIT_KEYS = ("bits_weights", "bits_activations")
@@ -25,14 +28,19 @@ _ACT_LAYER_EXCLUDED_PREFIXES = ("weight_", "bias_", "output_")
 _EVERY_LAYER_KEYS = ("return_quant_tensor",)
 
 
+class KeepInFloat(Exception):
+    """Raised by a LayerSettings asked for the keywords of a tensor type whose bit width is
+    null: the replacement is abandoned and the module kept in float."""
+
+
 @dataclass
 class LayerSettings:
     """What a replacement factory gets for one module: its bit widths and the Brevitas keywords
     of its quant layer, the quantizer's defaults for the kind of layer under the override's
     (``weight_layer_kwargs`` or ``act_layer_kwargs``, which also record what was taken)."""
 
-    bits_weights: int
-    bits_activations: int
+    bits_weights: Optional[int]  # None: weights stay float (Distiller's null)
+    bits_activations: Optional[int]
     keywords: Dict[str, Any] = field(default_factory=dict)  # the override's
     weight_defaults: Dict[str, Any] = field(default_factory=dict)
     act_defaults: Dict[str, Any] = field(default_factory=dict)
@@ -40,6 +48,8 @@ class LayerSettings:
     used_keywords: set = field(default_factory=set)
 
     def weight_layer_kwargs(self) -> Dict[str, Any]:
+        if self.bits_weights is None:
+            raise KeepInFloat()
         taken = {
             k: v
             for k, v in self.keywords.items()
@@ -63,6 +73,8 @@ class LayerSettings:
         return taken
 
     def act_layer_kwargs(self) -> Dict[str, Any]:
+        if self.bits_activations is None:
+            raise KeepInFloat()
         taken = {
             k: v for k, v in self.keywords.items() if not k.startswith(_ACT_LAYER_EXCLUDED_PREFIXES)
         }
@@ -100,7 +112,7 @@ class OverrideTable:
             return
         if isinstance(value, Mapping):
             for key in _BIT_KEYS:
-                if key in value:
+                if key in value and value[key] is not None:  # null: that type stays float
                     check_bit_width(value[key], f"overrides[{pattern!r}][{key!r}]")
             return
         check_bit_width(value, f"overrides[{pattern!r}]")

@@ -19,6 +19,7 @@ from torch import nn
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.overrides import (
+    KeepInFloat,
     LayerSettings,
     OverrideTable,
     OverrideValue,
@@ -189,6 +190,9 @@ class Quantizer:
             return None
         try:
             quant = self.replacement_factory[type(module)](module, settings)
+        except KeepInFloat:  # a null bit width for the one tensor type this layer quantizes
+            self.kept_float.append(name)
+            return None
         except (TypeError, ValueError) as exc:
             origin = f" (override {settings.pattern!r})" if settings.pattern is not None else ""
             raise type(exc)(

@@ -145,12 +145,23 @@ _LSTM_OPTIONS = (
 _MHA_OPTIONS = ("packed_in_proj",)
 
 
+def _both_bit_widths(settings: LayerSettings, layer: str) -> None:
+    # A recurrent or attention layer's weights and activations are quantized together here.
+    if settings.bits_weights is None or settings.bits_activations is None:
+        raise ValueError(
+            f"a null bits_weights or bits_activations alone is not supported for {layer} (its "
+            f"weights and activations are quantized together); keep the whole module in float "
+            f"with a null override, or give both bit widths"
+        )
+
+
 def _recurrent_kwargs(
     settings: LayerSettings,
     quant_class: type,
     act_prefixes: Tuple[str, ...],
     options: Tuple[str, ...],
 ) -> Dict[str, Any]:
+    _both_bit_widths(settings, quant_class.__name__)
     bits = {"weight_bit_width": settings.bits_weights}
     bits.update({prefix + "bit_width": settings.bits_activations for prefix in act_prefixes})
     return {
@@ -227,6 +238,7 @@ _MHA_ACT_PREFIXES = (
 
 
 def _multihead_attention(module: nn.MultiheadAttention, settings: LayerSettings) -> nn.Module:
+    _both_bit_widths(settings, "QuantMultiheadAttention")
     weights = ("in_proj_", "out_proj_")
     bits = {p + "weight_bit_width": settings.bits_weights for p in weights}
     bits.update({p + "bit_width": settings.bits_activations for p in _MHA_ACT_PREFIXES})

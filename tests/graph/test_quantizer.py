@@ -362,6 +362,40 @@ def test_yaml_config(tmp_path):
     assert type(model[0]) is nn.Linear and quantizer.replaced["1"][2].bits_weights == 3
 
 
+def test_null_bit_widths_keep_that_tensor_type_in_float(tmp_path):
+    """Distiller's per-type nulls: a weight layer without weight bits and an activation without
+    activation bits stay float; the other type's null is irrelevant to them."""
+    yaml = pytest.importorskip("yaml")
+    path = tmp_path / "quant.yaml"
+    path.write_text(
+        "bits_weights: 4\n"
+        "bits_activations: 6\n"
+        "overrides:\n"
+        "  conv1: {bits_weights: null, bits_activations: null}\n"
+        "  relu1: {bits_activations: null}\n"
+        "  conv2: {bits_activations: null}\n"
+        "  relu2: {bits_weights: null}\n"
+        "  fc: {bits_weights: null, bits_activations: 8}\n"
+    )
+    assert yaml.safe_load(path.read_text())["overrides"]["conv1"]["bits_weights"] is None
+    model = FloatNet()
+    quantizer = Quantizer.from_config(model, path)
+    quantizer.prepare_model()
+    assert sorted(quantizer.replaced) == ["conv2", "relu2"]
+    assert sorted(quantizer.kept_float) == ["conv1", "fc", "relu1"]
+    assert type(model.conv1) is nn.Conv2d and type(model.fc) is nn.Linear
+    assert model.conv2.weight_quant.bit_width().item() == 4
+    assert model.relu2.act_quant.bit_width().item() == 6
+
+
+def test_null_bit_width_of_one_type_is_refused_for_recurrent_and_attention_layers():
+    for module in (nn.LSTM(4, 4), nn.MultiheadAttention(4, 2)):
+        model = nn.Sequential(module)
+        with pytest.raises(ValueError, match=r"replacing 0 .*null bits_weights or bits_activa"):
+            Quantizer(model, overrides={"0": {"bits_weights": None}}).prepare_model()
+        assert model[0] is module
+
+
 def test_ignored_and_target_scopes_by_name_scope_and_pattern():
     def replaced(**kwargs):
         torch.manual_seed(0)

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from brevitas_cpp._unsupported import unsupported_getattr
+from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.core.scaling import ParameterFromRuntimeStatsScaling
 from brevitas_cpp.core.zero_point import ParameterFromRuntimeZeroPoint
 from brevitas_cpp.distributed import all_reduce_stats
@@ -82,16 +83,10 @@ def _return_quant_tensor_off(model: nn.Module) -> Iterator[None]:
             module.return_quant_tensor = True
 
 
-def _checked_bool(owner: str, name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}: {name} must be a bool, got {value!r}")
-    return value
-
-
 @contextlib.contextmanager
 def calibration_mode(model: nn.Module, enabled: bool = True) -> Iterator[nn.Module]:
     """See the module docstring; enabled=False leaves the model as it is."""
-    if not _checked_bool("calibration_mode", "enabled", enabled):
+    if not checked_bool("calibration_mode", "enabled", enabled):
         yield model
         return
     proxies = [
@@ -196,8 +191,8 @@ def bias_correction_mode(
     fixed (eval) for the measured error to be the one QAT or inference will see.
     enabled=False leaves the model as it is; skip_if_no_bias leaves a layer without a bias as
     it is (Brevitas's keywords)."""
-    skip_if_no_bias = _checked_bool("bias_correction_mode", "skip_if_no_bias", skip_if_no_bias)
-    if not _checked_bool("bias_correction_mode", "enabled", enabled):
+    skip_if_no_bias = checked_bool("bias_correction_mode", "skip_if_no_bias", skip_if_no_bias)
+    if not checked_bool("bias_correction_mode", "enabled", enabled):
         yield model
         return
     layers = [

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 from torch import nn
 
+from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.overrides import (
@@ -108,9 +109,7 @@ class Quantizer:
         self.policies = list(policies or [])
         self.ignored_scopes = ScopeSelection("ignored_scopes", ignored_scopes)
         self.target_scopes = ScopeSelection("target_scopes", target_scopes)
-        if not isinstance(validate_scopes, bool):
-            raise TypeError(f"Quantizer: validate_scopes must be a bool, got {validate_scopes!r}")
-        self.validate_scopes = validate_scopes
+        self.validate_scopes = checked_bool("Quantizer", "validate_scopes", validate_scopes)
         CompressionScheduler.from_config(model, self.policies)
         # name -> (float type, quant type, settings), filled by prepare_model.
         self.replaced: Dict[str, Tuple[type, type, LayerSettings]] = OrderedDict()

@@ -1,10 +1,12 @@
 """Ready-made quantizers (Brevitas's brevitas.quant): injector classes passed to quant layers,
 e.g. ``weight_quant=Int8WeightPerChannelFloat``. Compose new ones by inheritance or ``.let()``.
-Besides Brevitas's names, ``int8_ema`` holds seed 003's max-abs / EMA-threshold quantizers."""
+Besides Brevitas's names, ``int8_ema`` holds seed 003's max-abs / EMA-threshold quantizers and
+``distiller`` Distiller's PACT, DoReFa and range-linear QAT quantizers."""
 
 from brevitas_cpp._unsupported import unsupported_getattr
 from brevitas_cpp.quant import (
     binary,
+    distiller,
     fixed_point,
     int8_ema,
     none,
@@ -13,6 +15,7 @@ from brevitas_cpp.quant import (
     ternary,
 )
 from brevitas_cpp.quant.binary import *  # noqa: F401,F403
+from brevitas_cpp.quant.distiller import *  # noqa: F401,F403
 from brevitas_cpp.quant.fixed_point import *  # noqa: F401,F403
 from brevitas_cpp.quant.int8_ema import *  # noqa: F401,F403
 from brevitas_cpp.quant.none import *  # noqa: F401,F403
@@ -22,6 +25,7 @@ from brevitas_cpp.quant.ternary import *  # noqa: F401,F403
 
 __all__ = (
     binary.__all__
+    + distiller.__all__
     + fixed_point.__all__
     + int8_ema.__all__
     + none.__all__

@@ -143,7 +143,11 @@ def test_every_quantizer_builds_runs_and_scripts(name):
     # Decoupled quantizers append their pre-clipping scale and zero point.
     y, scale, zero_point, bit_width = call()[:4]
     assert torch.isfinite(y).all() and bool((scale > 0).all())
-    assert float(bit_width) in (1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0)
+    widths = (1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0)
+    if name.startswith("RangeLinear"):
+        # Distiller's SYMMETRIC mode rounds max|x| * 127.5 / max|x| to 128: b + 1 bits.
+        widths = (9.0, 33.0)
+    assert float(bit_width) in widths
     if JIT_ENABLED:
         assert isinstance(tq, torch.jit.ScriptModule)
 
@@ -220,7 +224,16 @@ def test_quantizer_lists_match_brevitas_names():
         "Int8ActPerTensorEma",
         "Int8ActPerTensorEmaPower2",
     }
-    assert set(quant_pkg.__all__) == expected | seed_003
+    # And Distiller's QAT methods (tests/quant/test_distiller_quantizers.py).
+    distiller = {
+        "ClippedActQuant",
+        "PACTActQuant",
+        "DorefaWeightQuant",
+        "RangeLinearActQuant",
+        "RangeLinearWeightQuant",
+        "RangeLinearBiasQuant",
+    }
+    assert set(quant_pkg.__all__) == expected | seed_003 | distiller
 
 
 @pytest.mark.parametrize(

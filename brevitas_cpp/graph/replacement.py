@@ -6,6 +6,10 @@ objects (so the weights are exactly the float ones, and an optimizer holding the
 working); the layer's quantizers are rebuilt over them. Exact types only: a subclass of a torch
 layer may compute something else.
 
+Activations: ReLU, ReLU6, Hardtanh, Sigmoid, Tanh, GELU (keeping ``approximate``), SiLU,
+Hardswish, Hardsigmoid and LeakyReLU (keeping ``negative_slope``). Their quant layers never
+work in place, so an ``inplace=True`` float module becomes the same out-of-place layer.
+
 Left in float by default: BatchNorm (in QAT it keeps normalising with batch statistics; fold it
 first with brevitas_cpp.graph.merge_bn), MaxPool (it keeps its input's
 quantization) and the average poolings (their requantization needs QuantTensor inputs, which the
@@ -29,7 +33,7 @@ from typing import Any, Callable, Dict, Tuple
 from torch import nn
 
 from brevitas_cpp import nn as qnn
-from brevitas_cpp.graph.overrides import LayerSettings
+from brevitas_cpp.graph.overrides import KeepInFloat, LayerSettings
 from brevitas_cpp.quant import Uint8ActPerTensorFloatMaxInit
 
 __all__ = ["ReplacementFactory", "default_replacement_factory"]
@@ -122,6 +126,15 @@ def _hardtanh(module: nn.Hardtanh, settings: LayerSettings) -> nn.Module:
     return qnn.QuantHardTanh(**{**bounds, **settings.act_layer_kwargs()})
 
 
+def _gelu(module: nn.GELU, settings: LayerSettings) -> nn.Module:
+    return qnn.QuantGELU(**{"approximate": module.approximate, **settings.act_layer_kwargs()})
+
+
+def _leaky_relu(module: nn.LeakyReLU, settings: LayerSettings) -> nn.Module:
+    slope = {"negative_slope": module.negative_slope}
+    return qnn.QuantLeakyReLU(**{**slope, **settings.act_layer_kwargs()})
+
+
 def _defaults_for_weights(settings: LayerSettings, weight_prefixes: Tuple[str, ...]) -> Dict:
     """The quantizer's weight_*/bias_* defaults, under each weight's prefix."""
     out: Dict[str, Any] = {}
@@ -147,6 +160,8 @@ _MHA_OPTIONS = ("packed_in_proj",)
 
 def _both_bit_widths(settings: LayerSettings, layer: str) -> None:
     # A recurrent or attention layer's weights and activations are quantized together here.
+    if settings.bits_weights is None and settings.bits_activations is None:
+        raise KeepInFloat()
     if settings.bits_weights is None or settings.bits_activations is None:
         raise ValueError(
             f"a null bits_weights or bits_activations alone is not supported for {layer} (its "
@@ -291,6 +306,11 @@ def default_replacement_factory() -> ReplacementFactory:
         nn.Hardtanh: _hardtanh,
         nn.Sigmoid: _activation(qnn.QuantSigmoid),
         nn.Tanh: _activation(qnn.QuantTanh),
+        nn.GELU: _gelu,
+        nn.SiLU: _activation(qnn.QuantSiLU),
+        nn.Hardswish: _activation(qnn.QuantHardswish),
+        nn.Hardsigmoid: _activation(qnn.QuantHardsigmoid),
+        nn.LeakyReLU: _leaky_relu,
         nn.RNN: _rnn,
         nn.LSTM: _lstm,
         nn.MultiheadAttention: _multihead_attention,

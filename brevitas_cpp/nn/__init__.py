@@ -5,6 +5,13 @@ from brevitas_cpp._unsupported import unsupported_getattr
 
 from .hadamard_classifier import HadamardClassifier
 from .quant_activation import QuantHardTanh, QuantIdentity, QuantReLU, QuantSigmoid, QuantTanh
+from .quant_activation_more import (
+    QuantGELU,
+    QuantHardsigmoid,
+    QuantHardswish,
+    QuantLeakyReLU,
+    QuantSiLU,
+)
 from .quant_avg_pool import TruncAdaptiveAvgPool2d, TruncAvgPool2d
 from .quant_bn import BatchNorm1dToQuantScaleBias, BatchNorm2dToQuantScaleBias
 from .quant_conv import QuantConv1d, QuantConv2d, QuantConv3d
@@ -31,8 +38,12 @@ __all__ = [
     "QuantConvTranspose3d",
     "QuantEltwiseAdd",
     "QuantEmbedding",
+    "QuantGELU",
+    "QuantHardsigmoid",
+    "QuantHardswish",
     "QuantHardTanh",
     "QuantIdentity",
+    "QuantLeakyReLU",
     "QuantLinear",
     "QuantLSTM",
     "QuantMultiheadAttention",
@@ -41,6 +52,7 @@ __all__ = [
     "QuantScaleBias",
     "QuantScaledDotProductAttention",
     "QuantSigmoid",
+    "QuantSiLU",
     "QuantTanh",
     "QuantUpsample",
     "QuantUpsamplingBilinear2d",

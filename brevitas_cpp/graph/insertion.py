@@ -3,13 +3,16 @@ call a trace names by scope, functional calls and tensor operators included.
 
 ``QuantizerInsertion(model, *example_inputs)`` traces the model once; ``quantize_inputs(scope)``
 and ``quantize_output(scope)`` add activation quantizers (QuantIdentity layers, registered under
-``model.inserted_quantizers`` so that state_dict, ``.to()`` and DDP see them) and ``apply()``
-makes every later forward run them: a TorchFunctionMode, entered by a hook on the model for the
-length of its forward, names each call with the trace's scope and quantizes where asked. The
-tensor inputs of one call share one quantizer (the two operands of a residual add then get one
-scale, as Brevitas's QuantEltwiseAdd gives them); parameters (weights) are left alone, they are
-the quant layers' business. ``remove()`` undoes apply(); torch.jit.script is refused (the mode
-is not compiled), torch.jit.trace records the quantizers.
+``model.inserted_quantizers`` so that state_dict, ``.to()`` and DDP see them) at a scope as the
+trace names it (NNCF's names: ``Residual/__add___0``), and ``apply()`` makes every later forward
+run them: a TorchFunctionMode, entered by a hook on the model for the length of its forward,
+addresses each call by its dispatch scope (the trace's other address of the same call, by the
+names the mode sees: ``Residual/add_0``, so that no torch.Tensor method is wrapped while the
+model runs) and quantizes where asked. The tensor inputs of one call share one quantizer (the
+two operands of a residual add then get one scale, as Brevitas's QuantEltwiseAdd gives them);
+parameters (weights) are left alone, they are the quant layers' business. ``remove()`` undoes
+apply(); torch.jit.script is refused (the mode is not compiled), torch.jit.trace records the
+quantizers.
 """
 
 import difflib
@@ -18,7 +21,15 @@ from typing import Any, Dict, List, Optional, Tuple
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from brevitas_cpp.graph.trace import ScopeTracker, op_name, trace, tracing_paused
+from brevitas_cpp.graph.trace import (
+    MODEL_INPUT,
+    MODEL_OUTPUT,
+    ScopeTracker,
+    op_name,
+    trace,
+    tracing_paused,
+    untraced,
+)
 from brevitas_cpp.nn import QuantIdentity
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import Int8ActPerTensorFloat
@@ -50,13 +61,15 @@ class _Inserter(TorchFunctionMode):
     def __init__(self, scopes: ScopeTracker, hooks: Dict[Tuple[str, str], List[nn.Module]]) -> None:
         super().__init__()
         self.scopes = scopes
-        self.hooks = hooks  # (scope, where) -> modules, in priority order
+        self.hooks = hooks  # (dispatch scope, where) -> modules, in priority order
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if tracing_paused():
+        op = op_name(func)
+        # The calls trace skips are not counted either, so that both number a call alike.
+        if tracing_paused() or untraced(op):
             return func(*args, **kwargs)
-        scope, _, _ = self.scopes.next_scope(op_name(func))
+        scope = self.scopes.next_dispatch_scope(op)
         for module in self.hooks.get((scope, "inputs"), ()):
             args, kwargs = _quantize_activations((args, kwargs), module)
         out = func(*args, **kwargs)
@@ -85,7 +98,11 @@ class QuantizerInsertion:
     def __init__(self, model: nn.Module, *example_inputs: Any, **example_kwargs: Any) -> None:
         self.model = model
         self.graph = trace(model, *example_inputs, **example_kwargs)
-        self._ops = {node.scope: node for node in self.graph.nodes if node.op != "input"}
+        self._ops = {
+            node.scope: node
+            for node in self.graph.nodes
+            if node.op not in (MODEL_INPUT, MODEL_OUTPUT)
+        }
         self._handles: List[Any] = []
         self._mode: Optional[_Inserter] = None
         if not hasattr(model, "inserted_quantizers"):
@@ -161,7 +178,8 @@ class QuantizerInsertion:
         scopes = ScopeTracker(self.model)
         hooks: Dict[Tuple[str, str], List[nn.Module]] = {}
         for key, (_, _, scope, where) in sorted(self._placements.items(), key=lambda kv: kv[1]):
-            hooks.setdefault((scope, where), []).append(self.quantizers[key])
+            dispatch_scope = self._ops[scope].dispatch_scope
+            hooks.setdefault((dispatch_scope, where), []).append(self.quantizers[key])
         mode = _Inserter(scopes, hooks)
 
         def enter(module: nn.Module, _args: Any) -> None:

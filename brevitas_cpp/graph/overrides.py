@@ -1,11 +1,16 @@
-"""Per-module settings from ordered name patterns: Distiller's overrides, the first match wins.
+"""Per-module settings from ordered name patterns: Distiller's overrides, resolved as Distiller's
+Quantizer resolves them (distiller/quantization/quantizer.py): a pattern equal to the module's
+name wins; otherwise the first pattern, in order, that matches the whole name.
 
 A pattern is a regular expression matched against the whole module name (``conv1`` does not
-match ``conv10``; ``layer1\\..*`` matches every module of a block). A value is a bit width for
-weights and activations, None (leave the module in float), or a dict of ``bits_weights``,
-``bits_activations`` and Brevitas keywords (``weight_quant``, ``weight_bit_width``,
-``act_quant``, ``input_quant``, ...), given to the replacement layer's constructor. In the dict,
-a null bit width keeps that tensor type in float, as Distiller writes it
+match ``conv10``; ``layer1\\..*`` matches every module of a block). Distiller looks the exact name
+up before it tries the patterns, so ``{"conv.*": 4, "conv1": 8}`` gives conv1 8 bits although
+``conv.*`` comes first (its documentation's "the first match wins" holds among patterns).
+
+A value is a bit width for weights and activations, None (leave the module in float), or a dict
+of ``bits_weights``, ``bits_activations`` and Brevitas keywords (``weight_quant``,
+``weight_bit_width``, ``act_quant``, ``input_quant``, ...), given to the replacement layer's
+constructor. In the dict, a null bit width keeps that tensor type in float, as Distiller writes it
 (``{bits_weights: null}``): a weight layer stays float without weight bits, an activation
 without activation bits.
 """
@@ -118,7 +123,12 @@ class OverrideTable:
         check_bit_width(value, f"overrides[{pattern!r}]")
 
     def match(self, name: str) -> Optional[Tuple[str, OverrideValue]]:
-        """(pattern, value) of the first pattern matching the whole name, or None."""
+        """(pattern, value) of the override of module ``name`` (see the module docstring: the
+        pattern equal to the name, else the first matching the whole name), or None."""
+        for pattern, _, value in self._entries:
+            if pattern == name:
+                self._matched.add(pattern)
+                return pattern, value
         for pattern, compiled, value in self._entries:
             if compiled.fullmatch(name):
                 self._matched.add(pattern)
@@ -132,8 +142,8 @@ class OverrideTable:
     def settings_for(
         self,
         name: str,
-        bits_weights: int,
-        bits_activations: int,
+        bits_weights: Optional[int],
+        bits_activations: Optional[int],
         weight_defaults: Mapping[str, Any],
         act_defaults: Mapping[str, Any],
     ) -> Optional[LayerSettings]:

@@ -19,6 +19,7 @@ from torch import nn
 from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
+from brevitas_cpp.graph.nncf_config import nncf_quantizer_arguments
 from brevitas_cpp.graph.overrides import (
     KeepInFloat,
     LayerSettings,
@@ -39,9 +40,11 @@ __all__ = ["Quantizer"]
 class Quantizer:
     """Replaces the modules of ``model`` by quant layers (see the module docstring).
 
-    - bits_weights, bits_activations: default bit widths (Distiller's names).
+    - bits_weights, bits_activations: default bit widths (Distiller's names); None keeps that
+      tensor type in float where no override sets it.
     - overrides: ordered {name pattern: bit width | None | dict of bits_* and Brevitas
-      keywords}; the first pattern matching a module's whole name wins.
+      keywords}; the pattern equal to a module's name wins, else the first matching its
+      whole name (Distiller's resolution, graph.overrides).
     - weight_kwargs, act_kwargs: Brevitas keywords for every replaced weight / activation layer
       (e.g. weight_quant=Int8WeightPerChannelFloat), under an override's own.
     - replacement_factory: {float type: function(module, LayerSettings) -> quant module};
@@ -62,8 +65,8 @@ class Quantizer:
     def __init__(
         self,
         model: nn.Module,
-        bits_activations: int = 8,
-        bits_weights: int = 8,
+        bits_activations: Optional[int] = 8,
+        bits_weights: Optional[int] = 8,
         overrides: Optional[Mapping[str, OverrideValue]] = None,
         weight_kwargs: Optional[Mapping[str, Any]] = None,
         act_kwargs: Optional[Mapping[str, Any]] = None,
@@ -95,8 +98,9 @@ class Quantizer:
                 f"{type(optimizer).__name__}"
             )
         self.model = model
-        self.bits_activations = check_bit_width(bits_activations, "Quantizer: bits_activations")
-        self.bits_weights = check_bit_width(bits_weights, "Quantizer: bits_weights")
+        # None keeps that tensor type in float everywhere, as in Distiller (overrides may set it).
+        self.bits_activations = _bit_width_or_none(bits_activations, "Quantizer: bits_activations")
+        self.bits_weights = _bit_width_or_none(bits_weights, "Quantizer: bits_weights")
         self.overrides = OverrideTable(overrides)
         self.weight_kwargs = dict(weight_kwargs or {})
         self.act_kwargs = dict(act_kwargs or {})
@@ -124,6 +128,19 @@ class Quantizer:
         """A Quantizer with the settings of a JSON/YAML file or mapping (load_config); keyword
         arguments (optimizer, replacement_factory, ...) are added to them."""
         return cls(model, **{**load_config(source), **kwargs})
+
+    @classmethod
+    def from_nncf_config(
+        cls, model: nn.Module, source: Union[str, pathlib.Path, Mapping[str, Any]], **kwargs: Any
+    ) -> "Quantizer":
+        """A Quantizer with the quantization settings of an NNCF JSON config or mapping
+        (graph.nncf_config); keyword arguments (optimizer, replacement_factory, ...) are added.
+        Its ``nncf_initialization`` runs the config's initializer (range initialisation, then
+        BatchNorm adaptation) over data once the model is prepared."""
+        arguments, initialization = nncf_quantizer_arguments(model, source, kwargs)
+        quantizer = cls(model, **arguments)
+        quantizer.nncf_initialization = initialization
+        return quantizer
 
     def prepare_model(self) -> nn.Module:
         """Replace the modules in place and return the model (the replacement, if the model
@@ -297,6 +314,10 @@ def _disable_fused_fast_paths(model: nn.Module) -> None:
             or isinstance(module.self_attn, QuantMultiheadAttention)
         ):
             module.activation_relu_or_gelu = 0
+
+
+def _bit_width_or_none(value: Any, what: str) -> Optional[int]:
+    return None if value is None else check_bit_width(value, what)
 
 
 def _inside_replaced(name: str, replaced: Mapping[str, Any]) -> bool:

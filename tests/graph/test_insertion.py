@@ -42,7 +42,7 @@ class ResidualByHand(Residual):
 
 def _inserted(model):
     insertion = QuantizerInsertion(model, torch.randn(1, 3, 4, 4))
-    insertion.quantize_inputs("Residual/add_0", Int8ActPerTensorFloat, **ACT)
+    insertion.quantize_inputs("Residual/__add___0", Int8ActPerTensorFloat, **ACT)
     insertion.quantize_output("Residual/relu_0", Uint8ActPerTensorFloat, **ACT)
     insertion.apply()
     return insertion
@@ -85,7 +85,7 @@ def test_quantizers_are_submodules_and_remove_restores_float():
     float_out = model(x)
     insertion = _inserted(model)
     assert set(model.inserted_quantizers) == {
-        "inputs:Residual/add_0:quant",
+        "inputs:Residual/__add___0:quant",
         "output:Residual/relu_0:quant",
     }
     assert all(any(m is q for m in model.modules()) for q in model.inserted_quantizers.values())
@@ -99,19 +99,19 @@ def test_quantizers_are_submodules_and_remove_restores_float():
 def test_unknown_scope_names_close_ones():
     insertion = QuantizerInsertion(Residual(), torch.randn(1, 3, 4, 4))
     with pytest.raises(
-        KeyError, match=r"no traced operation at scope 'Residual/add_1'.*Residual/add_0"
+        KeyError, match=r"no traced operation at scope 'Residual/__add___1'.*Residual/__add___0"
     ):
-        insertion.quantize_inputs("Residual/add_1")
+        insertion.quantize_inputs("Residual/__add___1")
 
 
 def test_twice_and_after_apply_are_refused():
     insertion = QuantizerInsertion(Residual(), torch.randn(1, 3, 4, 4))
-    insertion.quantize_inputs("Residual/add_0")
+    insertion.quantize_inputs("Residual/__add___0")
     with pytest.raises(ValueError, match="already have a module named 'quant'"):
-        insertion.quantize_inputs("Residual/add_0")
+        insertion.quantize_inputs("Residual/__add___0")
     insertion.apply()
     with pytest.raises(RuntimeError, match="before apply"):
-        insertion.quantize_output("Residual/add_0")
+        insertion.quantize_output("Residual/__add___0")
     with pytest.raises(RuntimeError, match="already applied"):
         insertion.apply()
 
@@ -134,14 +134,14 @@ def test_no_trace_parts_are_not_counted():
     class WithBranch(Residual):
         def forward(self, x):
             with no_trace():
-                _ = x + 1  # would otherwise be add_0
+                _ = x + 1  # would otherwise be __add___0
             return super().forward(x)
 
     torch.manual_seed(0)
     model = WithBranch()
     insertion = QuantizerInsertion(model, torch.randn(1, 3, 4, 4))
-    assert "WithBranch/add_0" in insertion._ops
-    assert insertion.graph.find("WithBranch/add_0").input_shapes[0] == (1, 3, 4, 4)
+    assert "WithBranch/__add___0" in insertion._ops
+    assert insertion.graph.find("WithBranch/__add___0").input_shapes[0] == (1, 3, 4, 4)
 
 
 class Affine(nn.Module):

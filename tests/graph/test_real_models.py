@@ -84,9 +84,9 @@ def test_resnet18_is_quantized_trained_and_traced():
     model = ResNet18()
     x = torch.randn(4, 3, 32, 32)
     graph = trace(model, x)
-    # out += identity (traced as add_; BatchNorm's step counter is another add_, in its scope).
-    adds = [n.scope for n in graph.nodes if n.op == "add_" and "BatchNorm" not in n.scope]
-    assert adds[0] == "ResNet18/Sequential[layer1]/BasicBlock[0]/add__0" and len(adds) == 8
+    # out += identity, as NNCF names it.
+    adds = [n.scope for n in graph.nodes if n.op == "__iadd__"]
+    assert adds[0] == "ResNet18/Sequential[layer1]/BasicBlock[0]/__iadd___0" and len(adds) == 8
     quantizer = Quantizer(
         model, bits_weights=4, bits_activations=8, overrides={"conv1": 8, "fc": 8}
     )
@@ -114,10 +114,10 @@ def test_mobilenet_v2_blocks_are_quantized_and_trained():
     assert isinstance(relu6, qnn.QuantReLU) and (relu6.act_quant.scale() * 255).item() > 5.9
     graph = trace(model, x)
     in_blocks = [n for n in graph.nodes if n.module_scope.rsplit("/", 1)[-1].startswith("Inverted")]
-    adds = [n.scope for n in in_blocks if n.op == "add"]
+    adds = [n.scope for n in in_blocks if n.op == "__add__"]
     assert adds == [
-        "MobileNetV2Tiny/Sequential[features]/InvertedResidual[1]/add_0",
-        "MobileNetV2Tiny/Sequential[features]/InvertedResidual[3]/add_0",
+        "MobileNetV2Tiny/Sequential[features]/InvertedResidual[1]/__add___0",
+        "MobileNetV2Tiny/Sequential[features]/InvertedResidual[3]/__add___0",
     ]
     insertion = QuantizerInsertion(model, x)
     for scope in adds:
@@ -153,8 +153,8 @@ def test_transformer_encoder_residual_adds_get_quantizers():
     x = torch.randn(2, 5, 16)
     graph = trace(model, x)
     scope = "Sequential/TransformerEncoderLayer[0]"
-    adds = [n.scope for n in graph.nodes if n.module_scope == scope and n.op == "add"]
-    assert adds == [f"{scope}/add_0", f"{scope}/add_1"]  # the two residual connections
+    adds = [n.scope for n in graph.nodes if n.module_scope == scope and n.op == "__add__"]
+    assert adds == [f"{scope}/__add___0", f"{scope}/__add___1"]  # the two residual connections
     insertion = QuantizerInsertion(model, x)
     for add in adds:
         insertion.quantize_inputs(add)

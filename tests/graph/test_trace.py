@@ -36,19 +36,20 @@ class Net(nn.Module):
 
 
 EXPECTED = [
-    ("Net/input_0", [], (1, 3, 5, 5)),
+    ("/nncf_model_input_0", [], (1, 3, 5, 5)),
     ("Net/Conv2d[stem]/conv2d_0", [0], (1, 4, 5, 5)),
     ("Net/Sequential[layer1]/Block[0]/Conv2d[conv1]/conv2d_0", [1], (1, 4, 5, 5)),
-    ("Net/Sequential[layer1]/Block[0]/add_0", [2, 1], (1, 4, 5, 5)),
+    ("Net/Sequential[layer1]/Block[0]/__add___0", [2, 1], (1, 4, 5, 5)),
     ("Net/Sequential[layer1]/Block[0]/ReLU[relu]/relu_0", [3], (1, 4, 5, 5)),
     ("Net/Sequential[layer1]/Block[1]/Conv2d[conv1]/conv2d_0", [4], (1, 4, 5, 5)),
-    ("Net/Sequential[layer1]/Block[1]/add_0", [5, 4], (1, 4, 5, 5)),
+    ("Net/Sequential[layer1]/Block[1]/__add___0", [5, 4], (1, 4, 5, 5)),
     ("Net/Sequential[layer1]/Block[1]/ReLU[relu]/relu_0", [6], (1, 4, 5, 5)),
     ("Net/mean_0", [7], (1, 4)),
     ("Net/adaptive_max_pool2d_0", [7], (1, 4, 1, 1)),
     ("Net/flatten_0", [9], (1, 4)),
     ("Net/cat_0", [8, 10], (1, 8)),
     ("Net/Linear[fc]/linear_0", [11], (1, 2)),
+    ("/nncf_model_output_0", [12], (1, 2)),
 ]
 
 
@@ -89,7 +90,10 @@ def test_trace_leaves_the_model_as_it_was():
 def test_printing_and_dot():
     graph = trace(Net(), torch.randn(1, 3, 5, 5))
     text = str(graph)
-    assert text.splitlines()[3] == "%3 = Net/Sequential[layer1]/Block[0]/add_0(%2, %1) -> [1x4x5x5]"
+    assert (
+        text.splitlines()[3]
+        == "%3 = Net/Sequential[layer1]/Block[0]/__add___0(%2, %1) -> [1x4x5x5]"
+    )
     dot = graph.to_dot()
     assert dot.startswith("digraph traced {") and "n2 -> n3;" in dot and "n1 -> n3;" in dot
     assert dot.count(" -> ") == sum(len(n.inputs) for n in graph.nodes)

@@ -8,6 +8,7 @@ parameters the quant layers add (learned scales: PACT's learned clipping is the 
 as a parameter group of their own.
 """
 
+import logging
 import pathlib
 import warnings
 from collections import OrderedDict
@@ -35,6 +36,8 @@ from brevitas_cpp.nn.mixin import QuantLayerMixin
 from brevitas_cpp.nn.quant_mha import QuantMultiheadAttention
 
 __all__ = ["Quantizer"]
+
+_log = logging.getLogger(__name__)
 
 
 class Quantizer:
@@ -117,8 +120,11 @@ class Quantizer:
         CompressionScheduler.from_config(model, self.policies)
         # name -> (float type, quant type, settings), filled by prepare_model.
         self.replaced: Dict[str, Tuple[type, type, LayerSettings]] = OrderedDict()
-        # Names of replaceable modules an override left in float.
+        # Names of replaceable modules left in float, and why (kept_float_reasons).
         self.kept_float: List[str] = []
+        self.kept_float_reasons: Dict[str, str] = OrderedDict()
+        # {type name: [module names]} of the leaf modules no replacement exists for.
+        self.unmapped: Dict[str, List[str]] = OrderedDict()
         self.prepared = False
 
     @classmethod
@@ -167,10 +173,11 @@ class Quantizer:
         # it was.
         swaps: List[Tuple[str, nn.Module]] = []
         for name, module in places:
-            if self.ignored_scopes.selects(addresses[name]) or (
-                self.target_scopes and not self.target_scopes.selects(addresses[name])
-            ):
-                self.kept_float.append(name)
+            if self.ignored_scopes.selects(addresses[name]):
+                self._keep_float(name, "in ignored_scopes")
+                continue
+            if self.target_scopes and not self.target_scopes.selects(addresses[name]):
+                self._keep_float(name, "not in target_scopes")
                 continue
             if _inside_replaced(name, self.replaced):
                 continue
@@ -190,11 +197,17 @@ class Quantizer:
                 parent_name, _, child = name.rpartition(".")
                 setattr(self.model.get_submodule(parent_name), child, quant)
         self.model = root
+        self.unmapped = _unmapped_leaves(root, self.replacement_factory)
         _disable_fused_fast_paths(root)
         self._report_unused_overrides()
         self._update_optimizer(params_before, origins)
         self.prepared = True
+        _log.info("%s", self.report())
         return root
+
+    def _keep_float(self, name: str, reason: str) -> None:
+        self.kept_float.append(name)
+        self.kept_float_reasons[name] = reason
 
     def _replacement(self, name: str, module: nn.Module) -> Optional[nn.Module]:
         """The quant layer for module (not yet in place), or None to keep it in float."""
@@ -202,12 +215,13 @@ class Quantizer:
             name, self.bits_weights, self.bits_activations, self.weight_kwargs, self.act_kwargs
         )
         if settings is None:
-            self.kept_float.append(name)
+            self._keep_float(name, f"override {self.overrides.match(name)[0]!r} is null")
             return None
         try:
             quant = self.replacement_factory[type(module)](module, settings)
         except KeepInFloat:  # a null bit width for the one tensor type this layer quantizes
-            self.kept_float.append(name)
+            origin = f"override {settings.pattern!r}" if settings.pattern else "the defaults"
+            self._keep_float(name, f"a null bit width ({origin}) for what it quantizes")
             return None
         except (TypeError, ValueError) as exc:
             origin = f" (override {settings.pattern!r})" if settings.pattern is not None else ""
@@ -282,8 +296,9 @@ class Quantizer:
         )
 
     def statistics(self) -> Dict[str, Any]:
-        """What prepare_model did: the replaced modules with their bit widths, and the fraction
-        of replaceable modules replaced."""
+        """What prepare_model did: the replaced modules with their bit widths, those left in
+        float and why, the leaf modules of types without a replacement, and the fraction of
+        replaceable modules replaced."""
         layers: List[Dict[str, Any]] = [
             {
                 "name": name,
@@ -299,8 +314,27 @@ class Quantizer:
         return {
             "replaced": layers,
             "kept_float": list(self.kept_float),
+            "kept_float_reasons": dict(self.kept_float_reasons),
+            "unmapped": {kind: list(names) for kind, names in self.unmapped.items()},
             "fraction_replaced": len(self.replaced) / total if total else 0.0,
         }
+
+    def report(self) -> str:
+        """statistics() as lines for a person: what was replaced, what stayed float and why
+        (prepare_model logs it at INFO on the brevitas_cpp.graph.quantizer logger)."""
+        lines = [f"Quantizer: replaced {len(self.replaced)} module(s)"]
+        for name, (float_type, quant_type, settings) in self.replaced.items():
+            bits = f"W{settings.bits_weights} A{settings.bits_activations}"
+            lines.append(
+                f"  {name or '<model>'}: {float_type.__name__} -> {quant_type.__name__} ({bits})"
+            )
+        if self.kept_float_reasons:
+            lines.append(f"kept in float: {len(self.kept_float_reasons)}")
+            lines += [f"  {name}: {why}" for name, why in self.kept_float_reasons.items()]
+        if self.unmapped:
+            lines.append("no replacement for (left in float):")
+            lines += [f"  {kind}: {', '.join(names)}" for kind, names in self.unmapped.items()]
+        return "\n".join(lines)
 
 
 def _disable_fused_fast_paths(model: nn.Module) -> None:
@@ -318,6 +352,28 @@ def _disable_fused_fast_paths(model: nn.Module) -> None:
 
 def _bit_width_or_none(value: Any, what: str) -> Optional[int]:
     return None if value is None else check_bit_width(value, what)
+
+
+# Leaves that compute nothing a quantizer would change: not reported as left in float.
+_NOTHING_TO_QUANTIZE = (nn.Identity, nn.Flatten, nn.Unflatten, nn.modules.dropout._DropoutNd)
+
+
+def _unmapped_leaves(model: nn.Module, factory: ReplacementFactory) -> Dict[str, List[str]]:
+    """{type name: names} of the model's leaf modules outside brevitas_cpp.nn whose type has no
+    replacement (a BatchNorm, a pooling, a LayerNorm, a user's module)."""
+    found: Dict[str, List[str]] = OrderedDict()
+    quant_names = [n for n, m in model.named_modules() if isinstance(m, QuantLayerMixin)]
+    for name, module in model.named_modules():
+        if next(module.children(), None) is not None or type(module) in factory:
+            continue
+        if isinstance(module, _NOTHING_TO_QUANTIZE):
+            continue
+        if type(module).__module__.startswith("brevitas_cpp") or _inside_replaced(
+            name, dict.fromkeys(quant_names)
+        ):
+            continue
+        found.setdefault(type(module).__name__, []).append(name)
+    return found
 
 
 def _inside_replaced(name: str, replaced: Mapping[str, Any]) -> bool:

@@ -472,3 +472,48 @@ def test_quantize_model_from_one_config(tmp_path):
             {"insertions": [{"scope": "Residual/__add___0", "where": "x"}]},
             torch.randn(1, 3, 4, 4),
         )
+
+
+def test_statistics_and_report_say_what_stayed_float_and_why(caplog):
+    class Scale(nn.Module):  # a user's module with a parameter: no replacement exists
+        def __init__(self):
+            super().__init__()
+            self.gain = nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            return x * self.gain
+
+    model = nn.Sequential(
+        OrderedDict(
+            conv=nn.Conv2d(3, 4, 3),
+            bn=nn.BatchNorm2d(4),
+            relu=nn.ReLU(),
+            pool=nn.MaxPool2d(2),
+            drop=nn.Dropout(),
+            flat=nn.Flatten(),
+            norm=nn.LayerNorm(4),
+            scale=Scale(),
+            fc=nn.Linear(4, 2),
+            act=nn.ReLU(),
+        )
+    )
+    quantizer = Quantizer(model, overrides={"act": None}, ignored_scopes=["fc"])
+    with caplog.at_level("INFO", logger="brevitas_cpp.graph.quantizer"):
+        quantizer.prepare_model()
+    stats = quantizer.statistics()
+    assert [layer["name"] for layer in stats["replaced"]] == ["conv", "relu"]
+    assert stats["kept_float_reasons"] == {
+        "fc": "in ignored_scopes",
+        "act": "override 'act' is null",
+    }
+    # Dropout and Flatten compute nothing to quantize, so they are not reported.
+    assert stats["unmapped"] == {
+        "BatchNorm2d": ["bn"],
+        "MaxPool2d": ["pool"],
+        "LayerNorm": ["norm"],
+        "Scale": ["scale"],
+    }
+    report = quantizer.report()
+    assert "conv: Conv2d -> QuantConv2d (W8 A8)" in report
+    assert "fc: in ignored_scopes" in report and "LayerNorm: norm" in report
+    assert report in caplog.text

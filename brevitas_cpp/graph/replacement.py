@@ -10,6 +10,10 @@ Activations: ReLU, ReLU6, Hardtanh, Sigmoid, Tanh, GELU (keeping ``approximate``
 Hardswish, Hardsigmoid and LeakyReLU (keeping ``negative_slope``). Their quant layers never
 work in place, so an ``inplace=True`` float module becomes the same out-of-place layer.
 
+transformers' Conv1D (GPT-2's linear layers, weight stored transposed), when transformers is
+installed: QuantTransformersConv1D, whose state_dict keeps Conv1D's layout (transformers_conv1d
+is the builder, for a factory entry of another class with that layout).
+
 Left in float by default: BatchNorm (in QAT it keeps normalising with batch statistics; fold it
 first with brevitas_cpp.graph.merge_bn), MaxPool (it keeps its input's
 quantization) and the average poolings (their requantization needs QuantTensor inputs, which the
@@ -36,7 +40,7 @@ from brevitas_cpp import nn as qnn
 from brevitas_cpp.graph.overrides import KeepInFloat, LayerSettings
 from brevitas_cpp.quant import Uint8ActPerTensorFloatMaxInit
 
-__all__ = ["ReplacementFactory", "default_replacement_factory"]
+__all__ = ["ReplacementFactory", "default_replacement_factory", "transformers_conv1d"]
 
 ReplacementFactory = Dict[type, Callable[[nn.Module, LayerSettings], nn.Module]]
 
@@ -290,6 +294,33 @@ def _multihead_attention(module: nn.MultiheadAttention, settings: LayerSettings)
     return quant
 
 
+def transformers_conv1d(module: nn.Module, settings: LayerSettings) -> nn.Module:
+    """The builder for transformers' Conv1D (weight (nx, nf), y = x @ W + b): a
+    QuantTransformersConv1D with the float bias Parameter and a transposed copy of the weight (a
+    new Parameter, which Quantizer(optimizer=...) puts in the float weight's group)."""
+    nx, nf = module.weight.shape
+    quant = qnn.QuantTransformersConv1D(
+        nf,
+        nx,
+        bias=module.bias is not None,
+        **_placement(module),
+        **settings.weight_layer_kwargs(),
+    )
+    quant.weight = nn.Parameter(module.weight.detach().t().clone(), module.weight.requires_grad)
+    if module.bias is not None:
+        quant.bias = module.bias
+    return quant
+
+
+def _transformers_types() -> ReplacementFactory:
+    """transformers' layers, when transformers is installed (it is not a dependency)."""
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        return {}
+    return {Conv1D: transformers_conv1d}
+
+
 def default_replacement_factory() -> ReplacementFactory:
     """A new dict (callers may change it): the float types brevitas_cpp.nn has layers for."""
     return {
@@ -314,4 +345,5 @@ def default_replacement_factory() -> ReplacementFactory:
         nn.RNN: _rnn,
         nn.LSTM: _lstm,
         nn.MultiheadAttention: _multihead_attention,
+        **_transformers_types(),
     }

@@ -18,7 +18,7 @@ from .quant_conv import QuantConv1d, QuantConv2d, QuantConv3d
 from .quant_convtranspose import QuantConvTranspose1d, QuantConvTranspose2d, QuantConvTranspose3d
 from .quant_eltwise import QuantCat, QuantEltwiseAdd
 from .quant_embedding import QuantEmbedding
-from .quant_linear import QuantLinear
+from .quant_linear import QuantLinear, QuantTransformersConv1D
 from .quant_mha import QuantMultiheadAttention
 from .quant_rnn import QuantLSTM, QuantRNN
 from .quant_scale_bias import QuantScaleBias, ScaleBias
@@ -45,6 +45,7 @@ __all__ = [
     "QuantIdentity",
     "QuantLeakyReLU",
     "QuantLinear",
+    "QuantTransformersConv1D",
     "QuantLSTM",
     "QuantMultiheadAttention",
     "QuantReLU",

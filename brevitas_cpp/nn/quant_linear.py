@@ -1,5 +1,6 @@
 """QuantLinear: torch.nn.Linear with quantized weight (Int8WeightPerTensorFloat by default) and
-optional bias, input and output quantization."""
+optional bias, input and output quantization; QuantTransformersConv1D, the same for
+transformers' Conv1D (a linear layer whose weight is stored transposed)."""
 
 from typing import Optional
 
@@ -13,7 +14,7 @@ from brevitas_cpp.quant import Int8WeightPerTensorFloat
 from .quant_layer import ActQuantType, BiasQuantType, WeightQuantType
 from .quant_layer import QuantWeightBiasInputOutputLayer as QuantWBIOL
 
-__all__ = ["QuantLinear"]
+__all__ = ["QuantLinear", "QuantTransformersConv1D"]
 
 
 class QuantLinear(QuantWBIOL, Linear):
@@ -67,3 +68,32 @@ class QuantLinear(QuantWBIOL, Linear):
         self, x: Tensor, quant_weight: Tensor, quant_bias: Optional[Tensor]
     ) -> Tensor:
         return linear(x, quant_weight, quant_bias)
+
+
+class QuantTransformersConv1D(QuantLinear):
+    """transformers' Conv1D (GPT-2's projections: y = x @ W + b with W stored (nx, nf), the
+    transpose of a Linear's) as a QuantLinear(nx, nf). In memory the weight is laid out as a
+    Linear's (nf, nx), so every quantizer (per output channel included) works unchanged; in a
+    state_dict it is Conv1D's (nx, nf), so the float model's checkpoints load as they are and
+    this layer's load into the float model."""
+
+    def __init__(self, nf: int, nx: int, bias: Optional[bool] = True, **kwargs) -> None:
+        super().__init__(nx, nf, bias=bias, **kwargs)
+        self.nf, self.nx = nf, nx
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        weight = destination[prefix + "weight"]
+        destination[prefix + "weight"] = weight.t() if keep_vars else weight.t().contiguous()
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        key = prefix + "weight"
+        # load_state_dict works on its own copy of the mapping and this key is this layer's
+        # alone; a weight of another shape is left for the size check to report.
+        if key in state_dict and tuple(state_dict[key].shape) == (self.nx, self.nf):
+            state_dict[key] = state_dict[key].t()
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )

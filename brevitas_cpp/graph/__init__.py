@@ -5,7 +5,7 @@ brevitas_cpp.nn counterparts in place, keeping module names and the float weight
 Parameter objects), with bit widths and Brevitas keywords per module from ordered name patterns
 (an exact name, else the first matching pattern, as Distiller resolves them).
 ``Quantizer.from_config`` reads the same settings from a JSON or YAML file,
-``Quantizer.from_nncf_config`` an NNCF config (graph.nncf_config), and graph.distiller
+``Quantizer.from_nncf_config`` an NNCF config (graph.nncf), and graph.distiller
 Distiller's schedules and QAT quantizers as their users hold them. ``trace(model, *inputs)``
 records the operations of one forward with NNCF's scope addresses, and ``QuantizerInsertion``
 puts activation quantizers at any traced call. This package sits above nn, quant and proxy and
@@ -18,7 +18,7 @@ from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.fold import merge_bn
 from brevitas_cpp.graph.insertion import InsertedQuantizers, QuantizerInsertion
-from brevitas_cpp.graph.nncf_config import NNCFInitialization, load_nncf_config
+from brevitas_cpp.graph.nncf import NNCFInitialization, load_nncf_config
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
 from brevitas_cpp.graph.quantize import quantize_model
 from brevitas_cpp.graph.quantizer import Quantizer

@@ -20,7 +20,7 @@ from torch import nn
 from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
-from brevitas_cpp.graph.nncf_config import nncf_quantizer_arguments
+from brevitas_cpp.graph.nncf import nncf_quantizer_arguments
 from brevitas_cpp.graph.overrides import (
     KeepInFloat,
     LayerSettings,
@@ -140,7 +140,7 @@ class Quantizer:
         cls, model: nn.Module, source: Union[str, pathlib.Path, Mapping[str, Any]], **kwargs: Any
     ) -> "Quantizer":
         """A Quantizer with the quantization settings of an NNCF JSON config or mapping
-        (graph.nncf_config); keyword arguments (optimizer, replacement_factory, ...) are added.
+        (graph.nncf); keyword arguments (optimizer, replacement_factory, ...) are added.
         Its ``nncf_initialization`` runs the config's initializer (range initialisation, then
         BatchNorm adaptation) over data once the model is prepared."""
         arguments, initialization = nncf_quantizer_arguments(model, source, kwargs)

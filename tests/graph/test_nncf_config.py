@@ -14,7 +14,7 @@ from torch import nn
 
 from brevitas_cpp import nn as qnn
 from brevitas_cpp.graph import Quantizer
-from brevitas_cpp.graph.nncf_config import example_inputs, load_nncf_config
+from brevitas_cpp.graph.nncf import example_inputs, load_nncf_config
 from brevitas_cpp.inject.enum import StatsOp
 
 # NNCF's resnet18 int8 sample (examples/torch/classification/configs/quantization/), at this

@@ -17,6 +17,7 @@ from brevitas_cpp.graph.calibrate import bias_correction_mode, calibrate, calibr
 from brevitas_cpp.graph.config import load_config
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.fold import merge_bn
+from brevitas_cpp.graph.functional import quantize_functional_activations
 from brevitas_cpp.graph.insertion import InsertedQuantizers, QuantizerInsertion
 from brevitas_cpp.graph.nncf import NNCFInitialization, load_nncf_config
 from brevitas_cpp.graph.overrides import LayerSettings, OverrideTable
@@ -60,6 +61,7 @@ __all__ = [
     "load_nncf_config",
     "merge_bn",
     "no_trace",
+    "quantize_functional_activations",
     "quantize_model",
     "trace",
 ]

@@ -3,7 +3,9 @@
 ``quantize_model(model, config, *example_inputs)`` runs the Quantizer with the config's
 arguments, inserts the quantizers its ``insertions`` list (each ``{"scope": ..., "where":
 "inputs" | "output", "act_quant": <name>, ...Brevitas keywords}``, scopes as ``trace`` names
-them) and returns the model and its QuantizationController.
+them), with ``functional_activations: true`` also an output quantizer at every functional
+activation of the model's own code (graph.functional), and returns the model and its
+QuantizationController.
 """
 
 import pathlib
@@ -12,8 +14,10 @@ from typing import Any, Dict, List, Mapping, Tuple, Union
 from torch import nn
 
 from brevitas_cpp._unsupported import unsupported_getattr
+from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.graph.config import load_config, resolve_quantizers
 from brevitas_cpp.graph.controller import QuantizationController
+from brevitas_cpp.graph.functional import quantize_functional_activations
 from brevitas_cpp.graph.insertion import QuantizerInsertion
 from brevitas_cpp.graph.quantizer import Quantizer
 
@@ -35,14 +39,22 @@ def quantize_model(
 ) -> Tuple[nn.Module, QuantizationController]:
     """The model quantized as the config says (see the module docstring); quantizer_kwargs
     (optimizer, replacement_factory, ...) go to the Quantizer."""
-    settings = load_config(config, extra_keys=("insertions",))
+    settings = load_config(config, extra_keys=("insertions", "functional_activations"))
     insertions: List[Mapping[str, Any]] = list(settings.pop("insertions", None) or [])
+    functional = checked_bool(
+        "quantize_model", "functional_activations", settings.pop("functional_activations", False)
+    )
+    if (insertions or functional) and not example_inputs:
+        raise ValueError(
+            "quantize_model: insertions need example inputs to trace the model (so do "
+            "functional_activations)"
+        )
     quantizer = Quantizer(model, **{**settings, **quantizer_kwargs})
     model = quantizer.prepare_model()
-    if insertions:
-        if not example_inputs:
-            raise ValueError("quantize_model: insertions need example inputs to trace the model")
+    if insertions or functional:
         insertion = QuantizerInsertion(model, *example_inputs)
+        if functional:
+            quantize_functional_activations(insertion)
         for i, entry in enumerate(insertions):
             kwargs = _insertion_kwargs(entry, i)
             scope, where = kwargs.pop("scope"), kwargs.pop("where", "inputs")

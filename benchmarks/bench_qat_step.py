@@ -10,6 +10,8 @@ W8A8/W4A4 models), on CPU, with BREVITAS_JIT=0 and =1.
     python benchmarks/bench_qat_step.py --threads 1  # torch.set_num_threads in every run (default 2)
     python benchmarks/bench_qat_step.py --profile resnet:ours:8   # torch.profiler tables instead
     python benchmarks/bench_qat_step.py --device cuda  # GPU: ResNet-18 (bench_qat_step_cuda.py)
+    python benchmarks/bench_qat_step.py --compile    # torch.compile'd float and W8A8 (see below)
+    python benchmarks/bench_qat_step.py --compile --compile-backend aot_eager --models cnn
 
 Models (identical code for the three libraries; layers differ only in the module namespace):
   cnn     batch 64 of 1x8x8 (the digits demo): [input quant] conv3x3 1->16, relu, conv3x3
@@ -58,7 +60,26 @@ phase and <= 1.6 in the statistics phase, Brevitas step / ours >= 3, and dispatc
 step <= 1.6x float's (printed met / NOT met, never asserted). The first-step loss of ours and Brevitas's is printed as a
 check that the two built the same model.
 
-This is a script, not a test: the numbers are not asserted anywhere.
+--compile: the float and the quant models (ours only; default --bits 8 and --jit 0 in this
+mode) each wrapped in torch.compile(model, backend=--compile-backend, default inductor), the
+loss, backward and SGD step staying eager; no memory runs. All configurations of one model in one
+process, timed as above (reps interleaved, after the statistics phase and warm-up), with the
+eager float model beside them as a reference. Each model gets its own copy of its top-level
+forward's code object, so that dynamo's caches and its recompile limit
+(torch._dynamo.config.recompile_limit, 8) are per model, not shared by the configurations.
+Reported per configuration, from a backend wrapper that counts the graphs handed to the compiler
+and from torch._dynamo.utils.counters:
+  graphs     graphs compiled in the first step (1 when the forward is one graph);
+  breaks     graph breaks met while compiling the first step (counters["graph_break"]);
+  recompiles graphs compiled after the first step: during the statistics phase (steps 2 to
+             collect_stats_steps), across the hand-over to learned scales (the next two steps:
+             the step that turns the statistics into parameters and the first learned one), and
+             later (the warm-up; 0 when the learned phase is stable); the issue's target is at
+             most one across the hand-over; the first recompile reason is printed;
+  limit      the step at which dynamo hit its recompile limit, if it did: from then on the frame
+             that hit it runs eagerly (the whole model when that frame is its forward, as in the
+             statistics phase of the quant models; with graph breaks, often a layer's forward,
+             whose code all layers of its class share), so the timed step is (partly) eager.
 """
 
 import argparse
@@ -287,6 +308,7 @@ class Run:
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         self.forward_loss = lambda: F.cross_entropy(self.model(x), target)
         self.lib, self.stats_steps = lib, stats_steps
+        self.x, self.target = x, target
 
     def step(self):
         self.opt.zero_grad(set_to_none=True)
@@ -391,13 +413,138 @@ def worker_profile(cfg):
     return {"step_s": step_s}
 
 
+class CompileWatch:
+    """Counts the graphs dynamo hands to the backend, and records recompile reasons and recompile
+    limit hits, through wrappers of two of dynamo's internal functions (left alone if renamed)."""
+
+    def __init__(self):
+        import torch._dynamo.convert_frame as convert_frame
+
+        self.graphs, self.reasons, self.limit_hits = 0, [], 0
+        self._cf = convert_frame
+        if hasattr(convert_frame, "get_and_maybe_log_recompilation_reasons"):
+            orig_reasons = convert_frame.get_and_maybe_log_recompilation_reasons
+
+            def reasons(*args, **kwargs):
+                out = orig_reasons(*args, **kwargs)
+                if out:
+                    self.reasons.append(str(out[0]))
+                return out
+
+            convert_frame.get_and_maybe_log_recompilation_reasons = reasons
+        if hasattr(convert_frame, "exceeds_recompile_limit"):
+            orig_limit = convert_frame.exceeds_recompile_limit
+
+            def limit(*args, **kwargs):
+                out = orig_limit(*args, **kwargs)
+                if out[0]:
+                    self.limit_hits += 1
+                return out
+
+            convert_frame.exceeds_recompile_limit = limit
+
+    def backend(self, name):
+        import torch
+
+        inner = torch._dynamo.lookup_backend(name)
+
+        def counting_backend(gm, example_inputs):
+            self.graphs += 1
+            return inner(gm, example_inputs)
+
+        return counting_backend
+
+
+def isolate_forward(model, tag):
+    """Give `model` its own copy of its class's forward code: dynamo caches compiled code (and
+    counts recompiles against its limit) per code object, which models of one class share."""
+    import types
+
+    fn = type(model).forward
+    code = fn.__code__.replace(co_name=f"forward_{tag}")
+    own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    model.forward = types.MethodType(own, model)
+
+
+def worker_compile(cfg):
+    """torch.compile'd float and quant models of one model: graphs, breaks and recompiles per
+    phase, then the learned-phase step timed with reps interleaved."""
+    import torch
+    import torch.nn.functional as F
+    from torch._dynamo.utils import counters
+
+    watch = CompileWatch()
+    S = cfg["stats_steps"]
+    runs, out = [], []
+    plan = [("float", 32, False), ("float", 32, True)]
+    plan += [(lib, bits, True) for lib, bits in cfg["configs"] if lib != "float"]
+    for lib, bits, use_compile in plan:
+        run = Run(cfg["model"], lib, bits, S)
+        info = {"lib": lib, "bits": bits, "compiled": use_compile, "jit_enabled": jit_enabled(lib)}
+        info.update(times=[], cpu_times=[])
+        runs.append(run)
+        out.append(info)
+        if not use_compile:  # the eager float model: a reference for the compiled ones
+            info["loss0"] = run.step().item()
+            for _ in range(S + 1 + cfg["warmup"]):
+                run.step()
+            continue
+        isolate_forward(run.model, f"{lib}{bits}")
+        compiled = torch.compile(run.model, backend=watch.backend(cfg["backend"]))
+        x, target = run.x, run.target
+        run.forward_loss = lambda c=compiled, x=x, t=target: F.cross_entropy(c(x), t)
+        per_step, n_reasons, limit_step = [], len(watch.reasons), None
+        breaks_before = dict(counters["graph_break"])
+        breaks0 = sum(breaks_before.values())
+        for i in range(S + 2 + cfg["warmup"]):
+            g0, h0, t0 = watch.graphs, watch.limit_hits, time.perf_counter()
+            loss = run.step()
+            per_step.append(watch.graphs - g0)
+            if i == 0:
+                info["loss0"], info["first_step_s"] = loss.item(), time.perf_counter() - t0
+                info["breaks"] = sum(counters["graph_break"].values()) - breaks0
+            if watch.limit_hits > h0 and limit_step is None:
+                limit_step = i + 1
+        info.update(
+            graphs=per_step[0],
+            recompiles_stats=sum(per_step[1:S]),
+            recompiles_handover=sum(per_step[S : S + 2]),
+            recompiles_later=sum(per_step[S + 2 :]),
+            compiles_per_step=per_step,
+            limit_step=limit_step,
+            reasons=watch.reasons[n_reasons:],
+            break_reasons=sorted(
+                str(k)[:400]
+                for k, v in counters["graph_break"].items()
+                if v > breaks_before.get(k, 0)
+            ),
+        )
+    numbers = [calibrate(run.step, 2, cfg["min_rep_s"]) for run in runs]
+    for rep in range(cfg["reps"]):
+        order = list(range(len(runs)))
+        order = order[rep % len(order) :] + order[: rep % len(order)]
+        for i in order:
+            wall, cpu = time_loop(runs[i].step, numbers[i])
+            out[i]["times"].append(wall)
+            out[i]["cpu_times"].append(cpu)
+    stat = min if cfg["stat"] == "min" else statistics.median
+    for o, run in zip(out, runs):
+        o["step_s"] = stat(o.pop("times"))
+        o["cpu_s"] = stat(o.pop("cpu_times"))
+        o["ops"] = ops_per_step(run.step)
+    return out
+
+
 def worker(cfg):
     import torch
 
     torch.set_num_threads(cfg["threads"])
-    return {"time": worker_time, "memory": worker_memory, "profile": worker_profile}[cfg["mode"]](
-        cfg
-    )
+    return {
+        "time": worker_time,
+        "memory": worker_memory,
+        "profile": worker_profile,
+        "compile": worker_compile,
+    }[cfg["mode"]](cfg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -444,6 +591,123 @@ def pick_brevitas_python(requested):
     return None, f"brevitas is not importable here and {DEFAULT_BREVITAS_PYTHON} does not exist"
 
 
+def compile_main(args, base, models, bits, jits):
+    """--compile: torch.compile'd float and ours, one worker per (model, JIT), then the table."""
+    print(
+        f"python {sys.version.split()[0]}; torch.compile backend={args.compile_backend}; Brevitas "
+        "not run in this mode"
+    )
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; threads={args.threads}, "
+        f"reps={base['reps']} ({args.stat}), collect_stats_steps={base['stats_steps']}, "
+        f"warm-up {base['warmup']} steps after the hand-over; torch.compile covers the model's "
+        "forward (and so its backward); loss, backward call and SGD step eager\n",
+        flush=True,
+    )
+    start = time.perf_counter()
+    rows = []
+    for jit in jits:
+        for model in models:
+            cfg = dict(
+                base,
+                mode="compile",
+                model=model,
+                backend=args.compile_backend,
+                configs=[("ours", b) for b in bits],
+            )
+            res = run_worker(sys.executable, cfg, jit)
+            if "error" in res:
+                print(f"  [{model} JIT={jit}] FAILED: {res['error']}", flush=True)
+                continue
+            rows += [(model, jit, r) for r in res]
+            print(
+                f"  [{model} JIT={jit}] "
+                + ", ".join(
+                    f"{r['lib']}{'' if r['lib'] == 'float' else ' W%dA%d' % (r['bits'], r['bits'])}"
+                    f"{'' if r['compiled'] else ' eager'} {fmt_ms(r['step_s'])} ms"
+                    for r in res
+                ),
+                flush=True,
+            )
+    head = (
+        f"{'model':<7} {'JIT':>3} {'config':<18} {'step ms':>8} {'cpu ms':>7} {'xfloat':>6} "
+        f"{'(cpu)':>5} {'xeager':>6} {'ops/step':>8} {'graphs':>6} {'breaks':>6} "
+        f"{'recompiles: stats':>17} {'hand-over':>9} {'later':>5} {'limit':>5} {'1st step s':>10} "
+        f"{'loss0':>8}"
+    )
+    print("\n" + head)
+    print("-" * len(head))
+    notes = []
+    for model in models:
+        for jit in jits:
+            sel = [r for m, j, r in rows if m == model and j == jit]
+            eager = next((r for r in sel if r["lib"] == "float" and not r["compiled"]), None)
+            fl = next((r for r in sel if r["lib"] == "float" and r["compiled"]), None)
+            for r in sel:
+                name = "float" if r["lib"] == "float" else f"{r['lib']} W{r['bits']}A{r['bits']}"
+                name += " compiled" if r["compiled"] else " eager"
+                if r["jit_enabled"] is not None and r["jit_enabled"] != bool(jit):
+                    name += " (!)"
+                xf = (r["step_s"] / fl["step_s"], r["cpu_s"] / fl["cpu_s"]) if fl else None
+                xe = r["step_s"] / eager["step_s"] if eager else None
+                comp = ("-",) * 7
+                if r["compiled"]:
+                    comp = (
+                        r["graphs"],
+                        r["breaks"],
+                        r["recompiles_stats"],
+                        r["recompiles_handover"],
+                        r["recompiles_later"],
+                        r["limit_step"] or "-",
+                        f"{r['first_step_s']:.1f}",
+                    )
+                print(
+                    f"{model:<7} {jit:>3} {name:<18} {fmt_ms(r['step_s']):>8} "
+                    f"{fmt_ms(r['cpu_s']):>7} {'-' if xf is None else f'{xf[0]:.2f}':>6} "
+                    f"{'-' if xf is None else f'{xf[1]:.2f}':>5} "
+                    f"{'-' if xe is None else f'{xe:.2f}':>6} {r['ops']:>8} {comp[0]:>6} "
+                    f"{comp[1]:>6} {comp[2]:>17} {comp[3]:>9} {comp[4]:>5} {comp[5]:>5} "
+                    f"{comp[6]:>10} {r['loss0']:8.5f}"
+                )
+                if r["compiled"] and r["lib"] != "float":
+                    what = f"{model} JIT={jit} {name}"
+                    if r["limit_step"]:
+                        verdict = (
+                            f"not judged: dynamo hit its recompile limit at step "
+                            f"{r['limit_step']}; the frame that hit it runs eagerly from then on"
+                        )
+                    else:
+                        verdict = "met" if r["recompiles_handover"] <= 1 else "NOT met"
+                    notes.append(
+                        f"  {what}: recompiles across the hand-over {r['recompiles_handover']} "
+                        f"(target <= 1: {verdict});\n    graphs compiled per step "
+                        f"{r['compiles_per_step']}"
+                    )
+                    if r["reasons"]:
+                        first = r["reasons"][0].strip().splitlines()[0].split("  #")[0]
+                        notes.append(f"    first recompile reason: {first}")
+                    for reason in r["break_reasons"][:3]:
+                        lines = [x.strip() for x in reason.strip().splitlines() if x.strip()]
+                        notes.append(f"    graph break: {' '.join(lines[:2])[:200]}")
+                    if len(r["break_reasons"]) > 3:
+                        notes.append(f"    ({len(r['break_reasons']) - 3} more break reasons)")
+            print()
+    print("\n".join(notes))
+    print(
+        "\n(step = wall time, cpu = process CPU time per step; xfloat = over the compiled float "
+        "step, xeager = over the eager float step,\n same model and JIT setting, one process; "
+        "ops/step = dispatcher calls in one step (torch.profiler; the ops inside inductor's\n "
+        "kernels are not dispatcher calls); graphs = graphs compiled in the first step; breaks = "
+        "graph breaks met then;\n recompiles = graphs compiled in steps 2..collect_stats_steps "
+        "(stats), the two steps of the hand-over, and the\n warm-up after it (later); limit = the "
+        "step at which dynamo hit its recompile limit (the frame that hit it then runs eagerly);\n 1st step s "
+        "= the first step's seconds, compilation included)"
+    )
+    print(
+        f"total time {time.perf_counter() - start:.1f} s, load average now {os.getloadavg()[0]:.2f}"
+    )
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -467,7 +731,9 @@ def main(argv=None):
     ap.add_argument(
         "--bits", default=None, help="comma-separated weight/activation bit widths (default 8,4)"
     )
-    ap.add_argument("--jit", default="0,1", help="BREVITAS_JIT settings to run (default 0,1)")
+    ap.add_argument(
+        "--jit", default=None, help="BREVITAS_JIT settings to run (default 0,1; --compile 0)"
+    )
     ap.add_argument(
         "--stats-steps",
         type=int,
@@ -493,6 +759,17 @@ def main(argv=None):
         help="instead of the tables, print torch.profiler tables of steps of one "
         "configuration (e.g. resnet:ours:8, cnn:float:32), with each --jit setting",
     )
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the float and quant models (ours; default --bits 8, --jit 0): "
+        "ratios, graph breaks, recompiles across the statistics-to-learned hand-over",
+    )
+    ap.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="torch.compile backend for --compile (default inductor; e.g. aot_eager)",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument(
         "--device",
@@ -513,8 +790,9 @@ def main(argv=None):
         return
 
     models = args.models.split(",") if args.models else (["cnn"] if args.quick else list(MODELS))
-    bits = [int(b) for b in args.bits.split(",")] if args.bits else ([8] if args.quick else [8, 4])
-    jits = [int(j) for j in args.jit.split(",")]
+    default_bits = [8] if args.quick or args.compile else [8, 4]
+    bits = [int(b) for b in args.bits.split(",")] if args.bits else default_bits
+    jits = [int(j) for j in (args.jit or ("0" if args.compile else "0,1")).split(",")]
     memory = (args.memory or ("off" if args.quick else "on")) == "on"
     base = {
         "threads": args.threads,
@@ -524,6 +802,10 @@ def main(argv=None):
         "warmup": 2 if args.quick else 5,
         "min_rep_s": 0.05 if args.quick else 0.2,
     }
+
+    if args.compile:
+        compile_main(args, base, models, bits, jits)
+        return
 
     brev_python, brev_note = pick_brevitas_python(args.brevitas_python)
 

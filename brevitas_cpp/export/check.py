@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from brevitas_cpp.export.mode import unpack_quant_tensors
-from brevitas_cpp.export.onnx_graph import require_onnx
 from brevitas_cpp.export.onnx_qcdq import QUANTIZERS_KEY
+from brevitas_cpp.export.onnx_quant_ops import require_onnx
 from brevitas_cpp.export.record import quant_fields, recording
 
 try:

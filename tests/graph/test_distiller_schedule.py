@@ -5,6 +5,7 @@ epochs its policies act in; and the files Distiller refuses or this reader refus
 
 import copy
 import pathlib
+import re
 from collections import OrderedDict
 
 import pytest
@@ -15,6 +16,7 @@ from torch import nn
 from brevitas_cpp import nn as qnn
 from brevitas_cpp.graph.distiller import (
     DorefaQuantizer,
+    LinearQuantMode,
     MultiStepMultiGammaLR,
     PACTQuantizer,
     QuantAwareTrainRangeLinearQuantizer,
@@ -524,3 +526,102 @@ def test_prepared_model_scripts_and_compiles(cls):
     model.eval()
     assert torch.equal(torch.jit.script(model)(x), model(x))
     assert torch.equal(torch.compile(model, backend="aot_eager")(x), model(x))
+
+
+def _pact_quantizer(model, **kwargs):
+    return PACTQuantizer(model, _sgd(model), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "build, error, message",
+    [
+        (
+            lambda m: QuantAwareTrainRangeLinearQuantizer(m, mode="SYMETRIC"),
+            ValueError,
+            "mode must be one of SYMMETRIC, SYMMETRIC_RESTRICTED, ASYMMETRIC_UNSIGNED",
+        ),
+        (
+            lambda m: QuantAwareTrainRangeLinearQuantizer(m, mode={"activations": "SYMMETRIC"}),
+            ValueError,
+            "mode: a mapping must have exactly the keys 'activations' and 'weights'",
+        ),
+        (
+            lambda m: QuantAwareTrainRangeLinearQuantizer(m, bits_activations=None),
+            ValueError,
+            "quantize_inputs=True needs a bit width for the inputs",
+        ),
+        (lambda m: _pact_quantizer(m, bits_bias=8), ValueError, "bits_bias=8: quantizing biases"),
+        (
+            lambda m: PACTQuantizer(m, None),
+            ValueError,
+            "PACTQuantizer: optimizer cannot be None",
+        ),
+        (
+            lambda m: _pact_quantizer(m, overrides={"conv1": 4}),
+            ValueError,
+            "overrides['conv1'] must be a mapping of bits_activations, bits_weights, bits_bias",
+        ),
+        (
+            lambda m: _pact_quantizer(m, overrides={"conv1": {"wts": 4}}),
+            ValueError,
+            "'acts' / 'wts' / 'bias' are Distiller's deprecated keys",
+        ),
+        (
+            lambda m: DorefaQuantizer(nn.DataParallel(m)),
+            TypeError,
+            "quantize the model before wrapping it in DataParallel",
+        ),
+    ],
+)
+def test_bad_quantizer_arguments_are_refused_by_name(build, error, message):
+    model = PreactResNetCifar()
+    with pytest.raises(error, match=re.escape(message)):
+        build(model)
+    assert type(model.layer2[0].conv1) is nn.Conv2d
+
+
+def test_modes_as_distillers_enum_and_per_type_mapping():
+    model = PreactResNetCifar()
+    quantizer = QuantAwareTrainRangeLinearQuantizer(
+        model,
+        mode={"activations": LinearQuantMode.ASYMMETRIC_UNSIGNED, "weights": "SYMMETRIC"},
+        quantize_inputs=False,
+    )
+    assert (quantizer.act_mode, quantizer.weight_mode) == ("ASYMMETRIC_UNSIGNED", "SYMMETRIC")
+
+
+@pytest.mark.parametrize(
+    "epochs, message",
+    [
+        ({"epochs": [0, 1], "starting_epoch": 0}, "give either epochs or starting_epoch"),
+        ({"epochs": []}, "epochs must be a non-empty list of non-negative integers"),
+        ({"starting_epoch": 0}, "starting_epoch and ending_epoch are required"),
+        (
+            {"starting_epoch": 0, "ending_epoch": 3, "frequency": 4},
+            "frequency 4 exceeds the policy's 3 epochs",
+        ),
+        ({"starting_epoch": 3, "ending_epoch": 3}, "ending_epoch must be an integer after"),
+    ],
+)
+def test_bad_policy_epochs_are_refused(epochs, message):
+    sched = _schedule(policies=[{"lr_scheduler": {"instance_name": "training_lr"}, **epochs}])
+    sched["policies"].insert(
+        0,
+        {"quantizer": {"instance_name": "pact_quantizer"}, "starting_epoch": 0, "ending_epoch": 9},
+    )
+    model = PreactResNetCifar()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dict_config(model, _sgd(model), sched)
+    assert type(model.layer2[0].conv1) is nn.Conv2d
+
+
+def test_reduce_lr_on_plateau_needs_the_metric_of_its_mode():
+    sched = _schedule()
+    sched["lr_schedulers"] = {"training_lr": {"class": "ReduceLROnPlateau", "mode": "max"}}
+    model = PreactResNetCifar()
+    optimizer = _sgd(model)
+    scheduler = dict_config(model, optimizer, sched)
+    scheduler.on_epoch_begin(0)
+    with pytest.raises(ValueError, match=r"needs on_epoch_end\(epoch, metrics=\{'max': value\}\)"):
+        scheduler.on_epoch_end(0, optimizer)
+    scheduler.on_epoch_end(0, optimizer, metrics={"max": 0.5})

@@ -68,6 +68,8 @@ import subprocess
 import sys
 import time
 
+from bench_qat_step import jit_enabled  # the worker runs from benchmarks/
+
 DEFAULT_BREVITAS_PYTHON = "/tmp/brevenv/bin/python"
 VARIANTS = ("float", "native", "ours", "brevitas")
 WIDTHS = (8, 16, 32, 64)  # torchvision's 64-128-256-512 divided by 8
@@ -294,18 +296,6 @@ def count_profiler_calls(step):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
     return sum(1 for e in prof.events() if "::" in e.name and not e.name.startswith("autograd::"))
-
-
-def jit_enabled(lib):
-    if lib == "ours":
-        from brevitas_cpp import config
-
-        return bool(config.JIT_ENABLED)
-    if lib == "brevitas":
-        from brevitas import config
-
-        return bool(config.JIT_ENABLED)
-    return None
 
 
 def worker(cfg):

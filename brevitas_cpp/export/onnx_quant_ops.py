@@ -125,6 +125,17 @@ def quantize_per_tensor(
     return _clip_integers(q, np_dtype, quant_min, quant_max)
 
 
+def _rank(input: Any, what: str) -> int:
+    if input.shape is None:
+        raise ExportError(f"ONNX export: {what} of an input of unknown rank")
+    return len(input.shape)
+
+
+def _channel_axis(input: Any, axis: int, what: str) -> int:
+    """axis counted from the front (ONNX's QuantizeLinear/DequantizeLinear take it so)."""
+    return axis if axis >= 0 else axis + _rank(input, what)
+
+
 def quantize_per_channel(
     input: Any,
     scales: Any,
@@ -135,15 +146,11 @@ def quantize_per_channel(
     dtype: int,
 ) -> Any:
     np_dtype = _storage(dtype, "quantize_per_channel", quantize=True)
-    rank = len(input.shape) if input.shape is not None else None
-    if axis < 0:
-        if rank is None:
-            raise ExportError("ONNX export: quantize_per_channel of an input of unknown rank")
-        axis += rank
+    axis = _channel_axis(input, axis, "quantize_per_channel")
     scales = op.Cast(scales, to=TensorProto.FLOAT)
     zp = op.Cast(zero_points, to=dtype)
     if _wide(np_dtype, quant_min, quant_max):
-        shape = [1] * rank
+        shape = [1] * _rank(input, "quantize_per_channel")
         shape[axis] = -1
         zp_float = op.Cast(zero_points, to=TensorProto.FLOAT)
         ends = [
@@ -188,8 +195,7 @@ def dequantize_per_channel(
 ) -> Any:
     _check_out_dtype(out_dtype)
     _storage(dtype, "dequantize_per_channel", quantize=False)
-    if axis < 0:
-        axis += len(input.shape)
+    axis = _channel_axis(input, axis, "dequantize_per_channel")
     scales = op.Cast(scales, to=TensorProto.FLOAT)
     if dtype == TensorProto.INT32:
         # brevitas_cpp.export.grid keeps int32 (bias) zero points at 0; ONNX takes only that.

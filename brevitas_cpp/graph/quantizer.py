@@ -362,14 +362,14 @@ def _unmapped_leaves(model: nn.Module, factory: ReplacementFactory) -> Dict[str,
     """{type name: names} of the model's leaf modules outside brevitas_cpp.nn whose type has no
     replacement (a BatchNorm, a pooling, a LayerNorm, a user's module)."""
     found: Dict[str, List[str]] = OrderedDict()
-    quant_names = [n for n, m in model.named_modules() if isinstance(m, QuantLayerMixin)]
+    quant_layers = {n: m for n, m in model.named_modules() if isinstance(m, QuantLayerMixin)}
     for name, module in model.named_modules():
         if next(module.children(), None) is not None or type(module) in factory:
             continue
         if isinstance(module, _NOTHING_TO_QUANTIZE):
             continue
         if type(module).__module__.startswith("brevitas_cpp") or _inside_replaced(
-            name, dict.fromkeys(quant_names)
+            name, quant_layers
         ):
             continue
         found.setdefault(type(module).__name__, []).append(name)

@@ -146,7 +146,7 @@ class _RestrictClampValue(_SkipsRestrictIdentities, jit.ScriptModule):
         )
         # bool(): injection may hand over a truthy object (e.g. a stats op's is_scale_unsigned).
         self.apply_abs = Abs() if bool(is_unsigned) else Identity()
-        self.refresh_identity_flags()
+        self.replan()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -170,7 +170,7 @@ class _RestrictValue(_SkipsRestrictIdentities, jit.ScriptModule):
         self.restrict_value_impl = _restrict_impl_or_identity(
             type(self).__name__, restrict_value_impl
         )
-        self.refresh_identity_flags()
+        self.replan()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -190,7 +190,7 @@ class _ClampValue(_SkipsRestrictIdentities, jit.ScriptModule):
         min_val = _checked_min_val(type(self).__name__, scaling_min_val)
         self.clamp_min_ste = _clamp_min_module(min_val)
         self.min_val = min_val
-        self.refresh_identity_flags()
+        self.replan()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:
@@ -208,7 +208,7 @@ class _AbsValue(_SkipsRestrictIdentities, jit.ScriptModule):
     def __init__(self, is_unsigned: bool = True) -> None:
         super().__init__()
         self.apply_abs = Abs() if bool(is_unsigned) else Identity()
-        self.refresh_identity_flags()
+        self.replan()
 
     @jit.script_method
     def forward(self, x: Tensor) -> Tensor:

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from brevitas_cpp import jit
 from brevitas_cpp.core._state_dict import KeyPolicy
+from brevitas_cpp.core.replan import Replans
 
 VALUE_ATTR_NAME = "value"
 
@@ -80,7 +81,7 @@ class ParameterWrapper(jit.ScriptModule):
         return self.value
 
 
-class SkipsIdentities:
+class SkipsIdentities(Replans):
     """Mixin for a block whose forward chains submodules that are usually identities (no
     restriction, no lower bound, no abs): forward tests a bool flag instead of calling them.
     Every quantizer runs these chains on every call, and a module call costs more than the
@@ -89,27 +90,15 @@ class SkipsIdentities:
     IDENTITY_SLOTS pairs each submodule's attribute name with its flag's; a flag is True while
     the submodule's exact type is one of IDENTITY_TYPES (a subclass may do something). The
     flags are TorchScript constants (list them in the class's __constants__); with
-    BREVITAS_JIT=0 they follow a submodule replaced after construction."""
+    BREVITAS_JIT=0 they follow a submodule replaced after construction (core/replan.py). Call
+    replan() at the end of __init__."""
 
     IDENTITY_SLOTS: Tuple[Tuple[str, str], ...] = ()
     IDENTITY_TYPES: Tuple[type, ...] = ()
 
-    def refresh_identity_flags(self) -> None:
-        """Sets every flag from its submodule; call at the end of __init__."""
+    def derive_plan(self) -> None:
         for submodule, flag in self.IDENTITY_SLOTS:
             setattr(self, flag, type(getattr(self, submodule)) in self.IDENTITY_TYPES)
-
-    def __setattr__(self, name: str, value) -> None:
-        super().__setattr__(name, value)
-        # Scripted blocks cannot change a submodule's type; in eager mode a replaced block is
-        # called from now on (once __init__ has set the flags).
-        slots = self.IDENTITY_SLOTS
-        if (
-            not jit.JIT_ENABLED
-            and any(name == submodule for submodule, _ in slots)
-            and all(flag in self.__dict__ for _, flag in slots)
-        ):
-            self.refresh_identity_flags()
 
 
 class SliceTensor(jit.ScriptModule):

@@ -10,10 +10,10 @@ from torch import Tensor, nn
 
 from brevitas_cpp import jit
 from brevitas_cpp._unsupported import unsupported_getattr
-from brevitas_cpp.config import JIT_ENABLED
-from brevitas_cpp.core.hooks import global_module_hooks, module_hooks
-from brevitas_cpp.core.quant._learned_act import learned_act_forward
-from brevitas_cpp.core.quant.int import RescalingIntQuant
+from brevitas_cpp.core.hooks import any_hook_in, hook_dicts
+from brevitas_cpp.core.quant.plan.forward import PLAN_HOOKS, PlannedQuant
+from brevitas_cpp.core.quant.plan.match import relu_joins_plan
+from brevitas_cpp.core.replan import Replans, invalidate_plans, refresh_plan
 from brevitas_cpp.proxy.empty_batch import (
     is_empty_batch,
     linked_to_parameters,
@@ -82,16 +82,15 @@ class _TensorQuantDisabledIdentity(jit.ScriptModule):
         return (x, None, None, None)
 
 
-class FusedActivationQuantProxy(jit.ScriptModule):
+class FusedActivationQuantProxy(Replans, jit.ScriptModule):
     """activation_impl then tensor_quant, in one (scriptable) module. After an out-of-place
-    nn.ReLU, the stock activation quantizer (RescalingIntQuant) in its learned phase is one op,
-    relu_int_quant (see core/quant/_learned_act.py): relu(x) is then never written nor read
-    back. Autograd then keeps x, where ReLU kept relu(x): x must not be modified in place
-    before backward."""
+    nn.ReLU the stock activation quantizer's plan takes the ReLU into its op (relu_int_quant,
+    see core/quant/plan): relu(x) is then never written nor read back. Autograd then keeps x,
+    where ReLU kept relu(x): x must not be modified in place before backward."""
 
     __constants__ = ["relu_into_quant"]
-    # TorchScript's choice (see _relu_into_quant); a class default for modules pickled whole
-    # before it existed.
+    # A class default for modules pickled whole before it existed (derived again on their
+    # first call).
     relu_into_quant: bool = False
 
     def __init__(self, activation_impl: nn.Module, tensor_quant: nn.Module) -> None:
@@ -99,53 +98,39 @@ class FusedActivationQuantProxy(jit.ScriptModule):
         self.activation_impl = activation_impl
         self.tensor_quant = tensor_quant
         # With BREVITAS_JIT=1 the module compiles when built, with this value.
-        self.relu_into_quant = self._relu_into_quant()
+        self.replan()
 
-    def __setattr__(self, name: str, value) -> None:
-        super().__setattr__(name, value)
-        # Eager modules may get another block later (scripted ones keep their choice): the
-        # constant follows for a torch.jit.script of the model.
-        if (
-            not JIT_ENABLED
-            and name in ("activation_impl", "tensor_quant")
-            and "tensor_quant" in self._modules
-        ):
-            self.relu_into_quant = self._relu_into_quant()
+    def derive_plan(self) -> None:
+        quant = self.tensor_quant
+        if isinstance(quant, PlannedQuant):
+            refresh_plan(quant)  # the ReLU joins the quantizer's plan as it is now
+        self.relu_into_quant = relu_joins_plan(self.activation_impl, quant)
+        # The ReLU's hooks and the quantizer's (its own call's and its blocks').
+        self.__dict__[PLAN_HOOKS] = hook_dicts(tuple(self.modules())[1:])
+
+    def plan_holds(self) -> bool:
+        quant = self.tensor_quant
+        return (not isinstance(quant, PlannedQuant) or quant.plan_holds()) and (
+            self.relu_into_quant == relu_joins_plan(self.activation_impl, quant)
+        )
 
     def __prepare_scriptable__(self) -> "FusedActivationQuantProxy":
-        # torch.jit.script of an eager model: the constant as blocks, flags and hooks are now. A
-        # module compiled when built (BREVITAS_JIT=1) keeps its constant.
-        if not JIT_ENABLED:
-            self.relu_into_quant = self._relu_into_quant()
+        # torch.jit.script of an eager model: the constant as blocks and hooks are now (TorchScript
+        # runs no Python hook); derived again on the next eager call.
+        refresh_plan(self)
+        if any_hook_in(self.__dict__[PLAN_HOOKS]):
+            self.relu_into_quant = False
+            invalidate_plans()
         return self
-
-    def _relu_into_quant(self) -> bool:
-        """Whether the ReLU can join the quantizer's op: an out-of-place nn.ReLU (an in-place
-        one writes its input, which the op would not), the stock RescalingIntQuant (a subclass
-        may compute otherwise) with the stock activation blocks, and no hooks that calling the
-        two modules would run."""
-        act, quant = self.activation_impl, self.tensor_quant
-        return (
-            type(act) is nn.ReLU
-            and not act.inplace
-            and type(quant) is RescalingIntQuant
-            and bool(quant.relu_fusable)
-            and not module_hooks(act)
-            and not module_hooks(quant)
-            and not global_module_hooks()
-        )
 
     @jit.script_method
     def forward(self, x: Tensor):
         if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
-            # Decided on every call in eager mode: blocks, flags and hooks may change.
-            if self._relu_into_quant() and self.tensor_quant.learned_act:
-                out = learned_act_forward(self.tensor_quant, x, relu=True)
-                if out is not None:
-                    return out
-        else:
-            if self.relu_into_quant:  # a constant: compiled only where it holds
+            refresh_plan(self)
+            if self.relu_into_quant and not any_hook_in(self.__dict__[PLAN_HOOKS]):
                 return self.tensor_quant.forward_after_relu(x)
+        elif self.relu_into_quant:  # a constant: compiled only where it holds
+            return self.tensor_quant.forward_after_relu(x)
         x = self.activation_impl(x)
         return self.tensor_quant(x)
 

@@ -7,19 +7,17 @@ get no gradient). Operands the op does not take as they are (another dtype or de
 composition, as does a user-supplied clamp block.
 """
 
-from typing import Any
-
 import torch
 from torch import Tensor
 from torch.nn import Module
 
 from brevitas_cpp import jit
-from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
-from brevitas_cpp.core.quant._fusion import scaled_operands_fit
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.core.quant.plan.operands import scaled_operands_fit
+from brevitas_cpp.core.replan import Replans
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function import binary_quant, clamped_binary_quant
 from brevitas_cpp.function.ops_ste import binary_sign_ste
@@ -64,7 +62,7 @@ class BinaryQuant(jit.ScriptModule):
         return y, scale, self.zero_point(), self.bit_width()
 
 
-class ClampedBinaryQuant(jit.ScriptModule):
+class ClampedBinaryQuant(Replans, jit.ScriptModule):
     """y = binary_sign(tensor_clamp_impl(x, -scale, scale)) * scale: BinaryQuant whose x
     gradient is zero where |x| > scale (with the default TensorClamp), and whose scale gets the
     gradient of the clamp too. forward(x) -> (y, scale, zero_point, bit_width)."""
@@ -87,17 +85,11 @@ class ClampedBinaryQuant(jit.ScriptModule):
         self.zero_point = _constant(0.0)
         self.delay_wrapper = DelayWrapper(quant_delay_steps)
         self.tensor_clamp_impl = tensor_clamp_impl
-        self._decide_fusion()
+        self.replan()
 
-    def _decide_fusion(self) -> None:
+    def derive_plan(self) -> None:
         # Exact type: clamped_binary_quant reproduces TensorClamp's values and gradients only.
         self.fused = type(self.tensor_clamp_impl) is TensorClamp
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        # An eager module may get another clamp block later; a scripted one cannot.
-        if not JIT_ENABLED and name == "tensor_clamp_impl" and "fused" in self.__dict__:
-            self._decide_fusion()
 
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:

@@ -16,7 +16,8 @@ from torch.nn import Module
 from brevitas_cpp import jit
 from brevitas_cpp.core.function_wrapper import FloatClamp, RoundSte, TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module
-from brevitas_cpp.core.quant._fusion import rounding_mode_of, scaled_operands_fit
+from brevitas_cpp.core.quant.plan.operands import rounding_mode_of, scaled_operands_fit
+from brevitas_cpp.core.replan import Replans
 from brevitas_cpp.core.scaling import ConstScaling, FloatScaling
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function.ops import compute_max_mantissa, max_float
@@ -57,7 +58,7 @@ def _as_int(owner: str, name: str, value) -> int:
     return value
 
 
-class FloatQuant(jit.ScriptModule):
+class FloatQuant(Replans, jit.ScriptModule):
     """forward(x) -> (y, scale, zero_point, exponent_bit_width, mantissa_bit_width,
     exponent_bias, saturating, inf_values, nan_values), Brevitas's tuple, with
 
@@ -152,7 +153,7 @@ class FloatQuant(jit.ScriptModule):
             if self.threshold_is_constant
             else torch.ones((), device=device, dtype=dtype)
         )
-        self._decide_fusion()
+        self.replan()
 
     def _threshold_of(self, float_scaling_impl: Module) -> Tensor:
         with torch.no_grad():
@@ -160,7 +161,7 @@ class FloatQuant(jit.ScriptModule):
                 self.exponent_bit_width(), self.pre_compute_max_mantissa(), self.exponent_bias()
             ).detach()
 
-    def _decide_fusion(self) -> None:
+    def derive_plan(self) -> None:
         """Whether the fused op reproduces this composition (exact block types, as the integer
         quantizers decide), and the clamp's settings it then takes."""
         mode = rounding_mode_of(self.float_to_int_impl)

@@ -13,25 +13,15 @@ from torch import Tensor
 from torch.nn import Module
 
 from brevitas_cpp import jit
-from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import TensorClamp
-from brevitas_cpp.core.hooks import hook_dicts, submodules
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
-from brevitas_cpp.core.quant._fused_weight import (
-    constant_int_threshold,
-    fused_weight_fits,
-    fused_weight_plan,
-)
-from brevitas_cpp.core.quant._fusion import int_operands_fit
-from brevitas_cpp.core.quant._learned_act import learned_act_fits, learned_act_forward
-from brevitas_cpp.core.quant._stats_act import smallest_normal, stats_act_plan
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.core.quant.plan.forward import PlannedQuant, plan_applies
+from brevitas_cpp.core.quant.plan.match import match_plan
+from brevitas_cpp.core.quant.plan.weight import constant_int_threshold
 from brevitas_cpp.core.scaling import TruncMsbScaling
-from brevitas_cpp.core.stats.stats_op import _high_k
 from brevitas_cpp.core.utils import StatelessBuffer
-from brevitas_cpp.distributed import _stats_stay_local
-from brevitas_cpp.function import abs_max_int_quant, abs_percentile_int_quant, relu_int_quant
 from brevitas_cpp.function.ops import max_int, min_int
 from brevitas_cpp.function.ops_ste import round_ste
 
@@ -101,7 +91,7 @@ class PrescaledRestrictIntQuant(_PrescaledIntQuant):
         return y, scale, zero_point, msb_clamp_bit_width
 
 
-class RescalingIntQuant(jit.ScriptModule):
+class RescalingIntQuant(PlannedQuant):
     """Quantize x with a scale, zero point and bit width computed by its own blocks:
 
         bit_width = bit_width_impl()
@@ -111,30 +101,12 @@ class RescalingIntQuant(jit.ScriptModule):
     forward(x) -> (y, scale, zero_point, bit_width). With ``observer_only`` set, y is x itself
     (statistics are still collected by the blocks).
 
-    When the blocks are exactly the stock weight quantizer (constant bit width, AbsMax statistics
-    of the weight over the tensor or the output channels, linear-domain scale, zero point 0, a
-    fused-able IntQuant: see _fused_weight.py), forward is one call of the C++ op
-    abs_max_int_quant, with the composition's numbers; the choice is made when the block is built
-    (and, in eager mode, again when one of its blocks is replaced)."""
+    When the blocks are exactly a stock quantizer, its plan (core/quant/plan) computes the same
+    numbers in one op call: forward calls it first, and runs the blocks where the plan does not
+    take the call."""
 
-    __constants__ = [
-        "int_threshold_is_const",
-        "fused_weight",
-        "fused_channels",
-        "fused_scale_rank",
-        "fused_signed",
-        "fused_narrow_range",
-        "fused_has_min_val",
-        "fused_min_val",
-        "fused_rounding_mode",
-        "fused_clamp_ste",
-        "relu_fusable",
-        "stats_fusable",
-        "stats_q",
-        "stats_has_min_val",
-        "stats_min_val",
-        "stats_threshold",
-    ]
+    # TorchScript reads the class's own list: the plan's constants are repeated here.
+    __constants__ = PlannedQuant.__constants__ + ["int_threshold_is_const"]
 
     def __init__(
         self,
@@ -160,56 +132,30 @@ class RescalingIntQuant(jit.ScriptModule):
         # int_scaling_impl's output when it is constant (see constant_int_threshold): not
         # state, recomputed whenever the bit width it derives from is converted (_apply).
         self.const_int_threshold = StatelessBuffer(torch.ones(()))
-        self._decide_weight_fusion()
-
-    def _decide_weight_fusion(self) -> None:
         self.int_threshold_is_const = self._store_const_threshold()
-        plan = fused_weight_plan(self)
-        # TorchScript constants: with fused_weight False the scripted forward drops the op call.
-        self.fused_weight = plan is not None
-        self.fused_channels = plan.channels if plan is not None else -1
-        self.fused_scale_rank = plan.scale_rank if plan is not None else 0
-        self.fused_signed = plan.signed if plan is not None else True
-        self.fused_narrow_range = plan.narrow_range if plan is not None else False
-        min_val = plan.scaling_min_val if plan is not None else None
-        self.fused_has_min_val = min_val is not None
-        self.fused_min_val = float(min_val) if min_val is not None else 0.0
-        self.fused_rounding_mode = plan.rounding_mode if plan is not None else "round"
-        self.fused_clamp_ste = plan.clamp_ste if plan is not None else False
-        # Eager mode only (see _learned_act.py, _stats_act.py); plain attributes TorchScript
-        # never reads.
-        self.__dict__["learned_act"] = learned_act_fits(self)
-        # The modules its eager shortcut skips, whose hooks it must not (see _learned_act.py).
-        blocks = submodules(self) if self.__dict__["learned_act"] else ()
-        self.__dict__["act_hooks"] = hook_dicts(blocks)
-        # The same blocks, as a TorchScript constant: forward_after_relu's fused branch.
-        self.relu_fusable = self.__dict__["learned_act"]
-        # The statistics phase in one op (stats_forward): constants for TorchScript, read by
-        # eager mode too.
-        stats = stats_act_plan(self) if self.relu_fusable else None
-        self.__dict__["stats_act"] = stats  # eager calls check it still holds
-        self.stats_fusable = stats is not None
-        self.stats_q = stats.high_percentile_q if stats is not None else 100.0
-        self.stats_has_min_val = stats is not None and stats.scaling_min_val is not None
-        self.stats_min_val = (
-            float(stats.scaling_min_val) if self.stats_has_min_val else 0.0  # type: ignore[union-attr]
-        )
-        # The constant threshold (learned_act_fits: int_threshold_is_const), for the least
-        # statistic the op can scale by (stats_forward).
-        self.stats_threshold = float(self.const_int_threshold.value) if stats is not None else 1.0
+        self.replan()
 
-    def __setattr__(self, name: str, value) -> None:
-        super().__setattr__(name, value)
-        # Eager modules may get another block later; scripted ones keep their choice.
-        if not JIT_ENABLED and "fused_weight" in self.__dict__ and isinstance(value, Module):
-            self._decide_weight_fusion()
+    def derive_plan(self) -> None:
+        # Types only, no tensor values: a plan owner may derive its plan again at any call,
+        # one being traced or compiled included.
+        if "int_threshold_value" not in self.__dict__:  # pickled whole before it existed
+            self.int_threshold_is_const = self._store_const_threshold()
+        self.adopt_plan(match_plan(self), self.__dict__["int_threshold_value"])
 
     def _store_const_threshold(self) -> bool:
-        """Compute the constant threshold into const_int_threshold; False when it is not."""
+        """Compute the constant threshold into const_int_threshold (and, as a number, for the
+        plan); False when it is not. Run when built, when the bit width or integer scaling
+        block is replaced, and after a dtype conversion."""
         threshold = constant_int_threshold(self.msb_clamp_bit_width_impl, self.int_scaling_impl)
         if threshold is not None:
             self.const_int_threshold.value = threshold
+        self.__dict__["int_threshold_value"] = float(threshold) if threshold is not None else 1.0
         return threshold is not None
+
+    def replan_after(self, name: str) -> None:
+        if name in ("msb_clamp_bit_width_impl", "int_scaling_impl"):
+            self.int_threshold_is_const = self._store_const_threshold()
+        self.replan()
 
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)
@@ -228,137 +174,31 @@ class RescalingIntQuant(jit.ScriptModule):
         return self.int_scaling_impl(bit_width)
 
     @jit.script_method
-    def quant_fuses(self) -> bool:
-        """Whether this call quantizes in a fused op: not observing only, the IntQuant fused,
-        without a view or a pending delay (flags read on every call)."""
-        if self.relu_fusable:  # a constant: the IntQuant's flags exist for the stock blocks only
-            iq = self.int_quant
-            return not self.observer_only and iq.fused and iq.view_is_identity and iq.never_delays
-        return False
-
-    @jit.script_method
-    def stats_forward(self, x: Tensor, relu: bool) -> Optional[QuantBlockOutput]:
-        """forward (of torch.relu(x) with relu) on a training call of the stock activation
-        quantizer that collects statistics, in one op, abs_percentile_int_quant (see
-        _stats_act.py); None where the op does not take the call."""
-        if self.stats_fusable:  # a constant: TorchScript compiles this only for the stock blocks
-            scaling = self.scaling_impl
-            iq = self.int_quant
-            if (
-                scaling.training
-                and scaling.counter < scaling.collect_stats_steps
-                and not scaling.local_loss_mode
-                and self.quant_fuses()
-            ):
-                bit_width = self.msb_clamp_bit_width_impl.bit_width.value
-                zero_point = self.zero_point_impl.zero_point.value
-                threshold = self.const_int_threshold.value
-                value = scaling.value
-                # The composition divides by the threshold and links value in x's dtype only
-                # when they share it (a wider one would promote the scale).
-                if (
-                    int_operands_fit(x, threshold, zero_point, bit_width)
-                    and bit_width.dtype == x.dtype
-                    and value.dtype == x.dtype
-                    and value.device == x.device
-                ):
-                    n = x.numel()
-                    k = _high_k(self.stats_q, n)  # AbsPercentile's k
-                    if k >= 1 and k <= n and _stats_stay_local():
-                        min_val: Optional[float] = None
-                        if self.stats_has_min_val:
-                            min_val = self.stats_min_val
-                            # No less than the statistic whose scale is x's dtype's smallest
-                            # normal number, the least scale the ops take: the default 1e-10
-                            # is 0 in float16, whose scales stop at 2^-14.
-                            least = self.stats_threshold * smallest_normal(x.dtype)
-                            if least > min_val:
-                                min_val = least
-                        y, scale, stat, _ = abs_percentile_int_quant(
-                            x,
-                            value,
-                            bit_width,
-                            k,
-                            iq.signed,
-                            iq.narrow_range,
-                            min_val,
-                            iq.rounding_mode,
-                            iq.clamp_ste,
-                            relu,
-                        )
-                        scaling.record_stats(stat)
-                        return y, scale, zero_point, bit_width
-        return None
-
-    @jit.script_method
     def forward_after_relu(self, x: Tensor) -> QuantBlockOutput:
-        """forward(torch.relu(x)); one op, relu_int_quant, where the stock activation quantizer
-        is in its learned training phase, abs_percentile_int_quant while it collects statistics.
-        TorchScript's path (FusedActivationQuantProxy calls it when scripted); eager mode takes
-        _learned_act.py's."""
-        if self.stats_fusable:  # a constant: compiled only for the stock blocks
-            out = self.stats_forward(x, True)
+        """forward(torch.relu(x)): the plan's op takes the ReLU too where it takes the call."""
+        if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
+            if plan_applies(self):
+                out = self.plan_forward(x, True)
+                if out is not None:
+                    return out
+        elif self.plan_act:  # a constant: compiled only for the stock blocks
+            out = self.plan_forward(x, True)
             if out is not None:
                 return out
-        if self.relu_fusable:  # a constant: TorchScript compiles this only for the stock blocks
-            scaling = self.scaling_impl
-            iq = self.int_quant
-            if (
-                scaling.training
-                and scaling.counter > scaling.collect_stats_steps
-                and self.quant_fuses()
-            ):
-                bit_width = self.msb_clamp_bit_width_impl()
-                scale = scaling._learned_scale(self.int_threshold(bit_width))
-                zero_point = self.zero_point_impl(x, scale, bit_width)
-                if int_operands_fit(x, scale, zero_point, bit_width):
-                    y = relu_int_quant(
-                        x,
-                        scale,
-                        zero_point,
-                        bit_width,
-                        iq.signed,
-                        iq.narrow_range,
-                        iq.rounding_mode,
-                        iq.clamp_ste,
-                    )
-                    return y, scale, zero_point, bit_width
         return self.forward(torch.relu(x))
 
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:
         if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
-            if self.learned_act:
-                out = learned_act_forward(self, x)
+            if plan_applies(self):
+                out = self.plan_forward(x, False)
                 if out is not None:
                     return out
-        elif self.stats_fusable:  # a constant: compiled only for the stock blocks
-            out = self.stats_forward(x, False)
+        elif self.plan_act or self.plan_weight:  # constants: compiled only for a plan
+            out = self.plan_forward(x, False)
             if out is not None:
                 return out
         bit_width = self.msb_clamp_bit_width_impl()
-        if (
-            self.fused_weight
-            and not self.observer_only
-            and fused_weight_fits(x, bit_width, self.fused_channels, self.fused_scale_rank)
-        ):
-            channel_dim: Optional[int] = None
-            if self.fused_channels >= 0:
-                channel_dim = 0
-            min_val: Optional[float] = None
-            if self.fused_has_min_val:
-                min_val = self.fused_min_val
-            y, scale = abs_max_int_quant(
-                x,
-                bit_width,
-                channel_dim,
-                self.fused_signed,
-                self.fused_narrow_range,
-                min_val,
-                self.fused_rounding_mode,
-                self.fused_clamp_ste,
-            )
-            return y, scale, self.zero_point_impl(x, scale, bit_width), bit_width
         scale = self.scaling_impl(x, self.int_threshold(bit_width))
         zero_point = self.zero_point_impl(x, scale, bit_width)
         if self.observer_only:

@@ -12,26 +12,20 @@ DecoupledIntQuant (weight-normalization and accumulator-aware quantizers) rounds
 a pre-clipping scale and zero point and dequantizes with the post-clipping ones.
 """
 
-from typing import Any
-
 from torch import Tensor
 from torch.nn import Module
 
 from brevitas_cpp import jit
-from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.function_wrapper import Identity, RoundSte, TensorClamp
 from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quant_delay_steps
-from brevitas_cpp.core.quant._fusion import clamp_ste_of, int_operands_fit, rounding_mode_of
 from brevitas_cpp.core.quant.delay import DelayWrapper, _NoDelay
+from brevitas_cpp.core.quant.plan.operands import clamp_ste_of, int_operands_fit, rounding_mode_of
+from brevitas_cpp.core.replan import Replans
 from brevitas_cpp.function import int_quant
 from brevitas_cpp.function.ops import max_int, min_int
 
-# Replacing one of these submodules after construction changes whether the fused op applies,
-# or whether the view and delay blocks are identities that forward may skip.
-_FUSION_INPUTS = ("float_to_int_impl", "tensor_clamp_impl", "input_view_impl", "delay_wrapper")
 
-
-class IntQuant(jit.ScriptModule):
+class IntQuant(Replans, jit.ScriptModule):
     """Quantize x to integers of ``bit_width`` bits and return them dequantized.
 
     forward(scale, zero_point, bit_width, x) -> Tensor. x is first reshaped by input_view_impl;
@@ -70,9 +64,10 @@ class IntQuant(jit.ScriptModule):
         self.float_to_int_impl = float_to_int_impl
         self.tensor_clamp_impl = tensor_clamp_impl
         self.delay_wrapper = DelayWrapper(quant_delay_steps)
-        self._decide_fusion()
+        self.replan()
 
-    def _decide_fusion(self) -> None:
+    def derive_plan(self) -> None:
+        # Derived again when a block is replaced (core/replan.py).
         mode = rounding_mode_of(self.float_to_int_impl)
         clamp_ste = clamp_ste_of(self.tensor_clamp_impl)
         # TorchScript constants: with fused False the scripted forward drops the fused branch.
@@ -84,13 +79,6 @@ class IntQuant(jit.ScriptModule):
         # for fusion: a subclass may do something.
         self.view_is_identity = type(self.input_view_impl) is Identity
         self.never_delays = type(self.delay_wrapper.delay_impl) is _NoDelay
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        # Eager modules may get a new rounding block later (e.g. a learned rounding swapped in);
-        # scripted ones cannot change their submodules' types, so their choice is final.
-        if not JIT_ENABLED and name in _FUSION_INPUTS and "fused" in self.__dict__:
-            self._decide_fusion()
 
     @jit.script_method
     def to_int(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:

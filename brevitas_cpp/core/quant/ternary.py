@@ -15,9 +15,9 @@ from torch.nn import Module
 
 from brevitas_cpp import jit
 from brevitas_cpp.core.quant._checks import check_module, check_quant_delay_steps
-from brevitas_cpp.core.quant._fusion import scaled_operands_fit
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
+from brevitas_cpp.core.quant.plan.operands import scaled_operands_fit
 from brevitas_cpp.core.utils import StatelessBuffer
 from brevitas_cpp.function import ternary_quant
 from brevitas_cpp.function.ops_ste import ternary_sign_ste

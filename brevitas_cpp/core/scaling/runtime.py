@@ -145,7 +145,7 @@ class _StatsScaling(SkipsIdentities, jit.ScriptModule):
         )
         self.restrict_scaling_pre = restrict_scaling_impl.restrict_init_module()
         self.clamp_scaling = _ClampValue(scaling_min_val)
-        self.refresh_identity_flags()
+        self.replan()
 
     @jit.script_method
     def forward(self, stats: Tensor, threshold: Optional[Tensor] = None) -> Tensor:

@@ -342,7 +342,7 @@ class ParameterFromRuntimeStatsScaling(
         self.restrict_inplace_preprocess = restrict_scaling_impl.restrict_init_inplace_module()
         self.restrict_scaling_pre = restrict_scaling_impl.restrict_init_module()
         self.restrict_threshold_pre = restrict_threshold_impl.restrict_init_module()
-        self.refresh_identity_flags()
+        self.replan()
 
     @jit.script_method
     def init_scale(self) -> None:

@@ -1,7 +1,7 @@
 """RescalingIntQuant routes the stock weight quantizer to the one op abs_max_int_quant.
 
 The routed quantizer is compared with the same quantizer forced onto its composition of blocks
-(eager mode: fused_weight set to False), which is Brevitas's arithmetic: the values bit for bit,
+(eager mode: force_module_chain), which is Brevitas's arithmetic: the values bit for bit,
 the weight's gradient up to summation order (in fact equal: both reduce the scale's gradient with
 int_quant's kernel)."""
 
@@ -10,6 +10,7 @@ import torch
 from helpers import RecordedCalls
 
 from brevitas_cpp import jit
+from brevitas_cpp.core.quant.plan.match import force_module_chain
 from brevitas_cpp.core.stats.stats_op import AbsMax
 from brevitas_cpp.inject.enum import ScalingImplType
 from brevitas_cpp.nn import QuantConv2d, QuantConvTranspose2d, QuantLinear
@@ -42,7 +43,7 @@ def _layers():
 def test_stock_quantizers_route_to_one_op(name):
     layer = _layers()[name]
     tq = layer.weight_quant.tensor_quant
-    assert tq.fused_weight
+    assert tq.plan_weight
     fwd, bwd = _step_calls(layer, None)
     assert fwd.count(FUSED_OP) == 1
     assert not any("int_quant.default" in n and "abs_max" not in n for n in fwd)
@@ -51,7 +52,7 @@ def test_stock_quantizers_route_to_one_op(name):
     assert len(fwd) <= 5, fwd
     if jit.JIT_ENABLED:
         return
-    tq.fused_weight = False
+    force_module_chain(tq)
     fwd_c, bwd_c = _step_calls(layer, None)
     # (the integer threshold, constant here, is no longer among them: see const_int_threshold;
     # nor are detached copies of the constant blocks' buffers)
@@ -59,7 +60,7 @@ def test_stock_quantizers_route_to_one_op(name):
 
 
 def _force_composition(layer):
-    layer.weight_quant.tensor_quant.fused_weight = False
+    force_module_chain(layer.weight_quant.tensor_quant)
     return layer
 
 
@@ -76,7 +77,7 @@ def test_routed_equals_composition(name, dtype, ties):
                 w = layer.weight
                 w[0].view(-1)[:3] = torch.tensor([2.0, -2.0, 2.0], dtype=dtype)
                 w[1:].view(w.shape[0] - 1, -1)[:, 0] = 2.0
-    assert fused.weight_quant.tensor_quant.fused_weight
+    assert fused.weight_quant.tensor_quant.plan_weight
     a = fused.weight_quant.quant_tuple(fused.weight)
     b = composed.weight_quant.quant_tuple(composed.weight)
     for x, y in zip(a, b):
@@ -161,7 +162,7 @@ class _AbsMaxSubclass(AbsMax):
 )
 def test_non_stock_quantizers_keep_the_composition(make):
     layer = make()
-    assert not layer.weight_quant.tensor_quant.fused_weight
+    assert not layer.weight_quant.tensor_quant.plan_weight
     with RecordedCalls() as calls:
         layer.weight_quant.quant_tuple(layer.weight)
     assert FUSED_OP not in calls.names

@@ -5,8 +5,8 @@ is numel() == 1; neither makes a dispatcher call under TorchScript."""
 import pytest
 import torch
 
-from brevitas_cpp.core.quant._fused_weight import fused_weight_fits
-from brevitas_cpp.core.quant._fusion import int_operands_fit, is_kernel_float, is_single_value
+from brevitas_cpp.core.quant.plan.operands import int_operands_fit, is_kernel_float, is_single_value
+from brevitas_cpp.core.quant.plan.weight import fused_weight_fits
 
 KERNEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 OTHER_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int32, torch.bool, torch.complex64)

@@ -1,38 +1,40 @@
-"""The eager shortcut of the stock activation quantizer in training (_learned_act.py):
-the same numbers as the module chain it skips, bit for bit, and taken only where it applies.
+"""The stock activation quantizer's plan in training (core/quant/plan): the same numbers as the
+module chain it skips, bit for bit, and taken only where it applies.
 
-The reference is the same layer with the shortcut switched off (the module chain, which the
-suites check against Brevitas); whether the shortcut ran is counted, not assumed."""
+The reference is the same layer with the plan switched off (force_module_chain: the module
+chain, which the suites check against Brevitas); whether the plan ran is counted, not
+assumed."""
 
 import pytest
 import torch
 
 import brevitas_cpp.core.quant.int as int_module
-import brevitas_cpp.proxy.runtime_quant as runtime_module
 from brevitas_cpp import jit
+from brevitas_cpp.core.quant.plan.forward import PlannedQuant
+from brevitas_cpp.core.quant.plan.match import force_module_chain
 from brevitas_cpp.core.zero_point import ZeroZeroPoint
 from brevitas_cpp.nn import QuantConv2d, QuantIdentity, QuantReLU
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
 
-pytestmark = pytest.mark.skipif(jit.JIT_ENABLED, reason="the shortcut is eager-only")
+pytestmark = pytest.mark.skipif(jit.JIT_ENABLED, reason="counts eager calls of the plan")
 
 
 class Taken:
-    """Counts the calls in which the shortcut returned the quantizer's output."""
+    """Counts the calls in which an activation plan returned the quantizer's output."""
 
     def __init__(self, monkeypatch):
         self.count = 0
         self.with_relu = 0  # of which QuantReLU's fused relu_int_quant
-        original = int_module.learned_act_forward
+        original = PlannedQuant.plan_forward
 
-        def counting(block, x, relu=False):
+        def counting(block, x, relu):
             out = original(block, x, relu)
-            self.count += out is not None
-            self.with_relu += out is not None and relu
+            if block.plan_act:
+                self.count += out is not None
+                self.with_relu += out is not None and relu
             return out
 
-        monkeypatch.setattr(int_module, "learned_act_forward", counting)
-        monkeypatch.setattr(runtime_module, "learned_act_forward", counting)
+        monkeypatch.setattr(PlannedQuant, "plan_forward", counting)
 
 
 def make(kind: str, bits: int):
@@ -52,7 +54,7 @@ def make(kind: str, bits: int):
 
 
 def tensor_quants(layer):
-    return [m for m in layer.modules() if type(m) is int_module.RescalingIntQuant and m.learned_act]
+    return [m for m in layer.modules() if type(m) is int_module.RescalingIntQuant and m.plan_act]
 
 
 def train(layer, dtype, steps=5, seed=1):
@@ -75,9 +77,9 @@ def test_shortcut_equals_the_module_chain(kind, bits, dtype, monkeypatch):
     """Statistics steps, the hand-over (the chain) and learned steps: outputs, the input's
     gradient and every parameter's (the learned scale's included) bit for bit."""
     fast, slow = make(kind, bits).to(dtype), make(kind, bits).to(dtype)
-    assert tensor_quants(fast), "the stock quantizer should take the shortcut"
+    assert tensor_quants(fast), "the stock quantizer should have a plan"
     for tq in tensor_quants(slow):
-        tq.__dict__["learned_act"] = False
+        force_module_chain(tq)
     taken = Taken(monkeypatch)
     want = train(slow, dtype)
     assert taken.count == 0
@@ -112,7 +114,7 @@ def test_not_taken_in_eval_observer_only_or_with_another_block(monkeypatch):
         pass
 
     tq.zero_point_impl = HalfZeroPoint()
-    assert not tq.learned_act
+    assert not tq.plan_act
     layer(x)
     assert taken.count == 1
 
@@ -122,7 +124,7 @@ def test_other_operands_take_the_chain(monkeypatch):
     the operands as they are, the chain promotes them as Brevitas does."""
     layer, ref = make("relu", 8), make("relu", 8)
     for tq in tensor_quants(ref):
-        tq.__dict__["learned_act"] = False
+        force_module_chain(tq)
     train(layer, torch.float32)
     train(ref, torch.float32)
     taken = Taken(monkeypatch)

@@ -6,10 +6,10 @@ Int8WeightPerChannelFloat and their bit-width / rounding variants) that the C++ 
     output channels, _StatsScaling in the linear domain without affine rescaling) -> ZeroZeroPoint
     -> IntQuant (a fused-able rounding and TensorClamp / TensorClampSte, no view, no delay).
 
-Structure is decided once, when the quantizer is built, by the exact types of its blocks (a
-subclass may do something else); operands are checked on every call from metadata only (see
-_fusion.py): then the op gives the composition's numbers bit for bit. Anything else keeps the
-composition.
+Structure is decided when the plan is derived (core/replan.py), by the exact types of its
+blocks (a subclass may do something else); operands are checked on every call from metadata
+only (see operands.py): then the op gives the composition's numbers bit for bit. Anything else
+keeps the composition.
 """
 
 from typing import NamedTuple, Optional
@@ -26,8 +26,8 @@ from brevitas_cpp.core.function_wrapper import (
     OverTensorView,
     ScalarSignedClampMinSte,
 )
-from brevitas_cpp.core.quant._fusion import is_kernel_float, is_single_value, on_kernel_device
 from brevitas_cpp.core.quant.int_base import IntQuant
+from brevitas_cpp.core.quant.plan.operands import is_kernel_float, is_single_value, on_kernel_device
 from brevitas_cpp.core.restrict_val import FloatRestrictValue, _ClampValue, _RestrictClampValue
 from brevitas_cpp.core.scaling.int_scaling import IntScaling, PowerOfTwoIntScaling
 from brevitas_cpp.core.scaling.runtime import StatsFromParameterScaling, _StatsScaling

@@ -1,13 +1,17 @@
-"""Which activation quantizers collect their statistics in one op, abs_percentile_int_quant.
+"""The stock activation quantizer's plan: which RescalingIntQuant is the one whose training
+calls one op computes, in its learned phase (int_quant, or relu_int_quant after a ReLU, with
+the scale clamp_min(value) / threshold) and while it collects statistics
+(abs_percentile_int_quant).
 
 For its first collect_stats_steps training calls the stock activation quantizer (a
 RescalingIntQuant around ParameterFromRuntimeStatsScaling with AbsPercentile over the tensor,
 as in Int8ActPerTensorFloat and Uint8ActPerTensorFloat) scales x by a percentile of |x|: a
 selection over x, its gradient spread back to x as a one-hot tensor, a handful of scalar ops,
 then int_quant. The C++ op abs_percentile_int_quant does all of it in one call (with ReLU
-before it, for QuantReLU); RescalingIntQuant.stats_forward calls it, eager and scripted, then
-updates the running average as the composition does. This module decides, when the quantizer is
-built, whether its blocks are the stock ones (by exact types: a subclass may compute otherwise).
+before it, for QuantReLU); PlannedQuant's plan_forward calls it, eager and scripted, then
+updates the running average as the composition does. This module decides, when the plan is
+derived, whether the blocks are the stock ones (by exact types: a subclass may compute
+otherwise).
 
 The op is taken only where the composition's all_reduce_stats would copy the statistic (no
 process group to average over: brevitas_cpp.distributed.stats_stay_local); anything else runs
@@ -18,16 +22,20 @@ from typing import NamedTuple, Optional
 import torch
 from torch.nn import Module
 
+from brevitas_cpp.core.bit_width.const import BitWidthConst
 from brevitas_cpp.core.function_wrapper import (
     Identity,
     OverBatchOverTensorView,
     OverTensorView,
 )
-from brevitas_cpp.core.quant._fused_weight import _min_val_of
+from brevitas_cpp.core.quant.int_base import IntQuant
+from brevitas_cpp.core.quant.plan.weight import _min_val_of
 from brevitas_cpp.core.restrict_val import _ClampValue
 from brevitas_cpp.core.scaling.int_scaling import IntScaling
+from brevitas_cpp.core.scaling.standalone import ParameterFromRuntimeStatsScaling
 from brevitas_cpp.core.stats.stats_op import AbsPercentile
 from brevitas_cpp.core.stats.stats_wrapper import _Stats
+from brevitas_cpp.core.zero_point import ZeroZeroPoint
 
 
 class StatsActPlan(NamedTuple):
@@ -53,6 +61,22 @@ def _is_flat_view(view: Module) -> bool:
     if type(view) is OverTensorView:
         return True
     return type(view) is OverBatchOverTensorView and type(view.permute_impl) is Identity
+
+
+def learned_act_fits(block: Module) -> bool:
+    """block (a RescalingIntQuant) is the stock activation quantizer past its statistics phase:
+    a constant bit width and integer threshold, a learned ParameterFromRuntimeStatsScaling, zero
+    point 0 and a fused-able IntQuant, by exact types (a subclass may compute otherwise). The
+    learned scale's identity flags and the IntQuant's fusion are read on every call."""
+    iq = block.int_quant
+    return (
+        block.int_threshold_is_const
+        and type(block.scaling_impl) is ParameterFromRuntimeStatsScaling
+        and type(block.msb_clamp_bit_width_impl) is BitWidthConst
+        and type(block.zero_point_impl) is ZeroZeroPoint
+        and type(iq) is IntQuant
+        and iq.fused
+    )
 
 
 def stats_act_plan(block: Module) -> Optional[StatsActPlan]:
@@ -81,11 +105,3 @@ def stats_act_plan(block: Module) -> Optional[StatsActPlan]:
     except LookupError:
         return None
     return StatsActPlan(float(stats.stats_impl.q), min_val)
-
-
-def stats_act_current(block: Module) -> bool:
-    """Whether the op arguments block (a RescalingIntQuant) was built with still describe its
-    blocks: eager modules may have a nested block replaced since (the statistics phase is short,
-    so it is checked on every call)."""
-    built = block.__dict__.get("stats_act")  # absent from quantizers pickled before it
-    return built is not None and stats_act_plan(block) == built

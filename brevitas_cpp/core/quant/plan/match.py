@@ -1,0 +1,59 @@
+"""The one matcher: which plan a RescalingIntQuant's block tree has, and whether the ReLU
+before it joins the plan's op. Exact types throughout: a subclass may compute otherwise."""
+
+from typing import NamedTuple, Optional
+
+from torch import nn
+from torch.nn import Module
+
+from brevitas_cpp.core.quant.plan.activation import StatsActPlan, learned_act_fits, stats_act_plan
+from brevitas_cpp.core.quant.plan.weight import FusedWeightPlan, fused_weight_plan
+from brevitas_cpp.core.replan import invalidate_plans
+
+# The __dict__ key of force_module_chain's switch.
+_CHAIN_ONLY = "plan_chain_only"
+
+
+class QuantPlan(NamedTuple):
+    """At most one of weight and act."""
+
+    weight: Optional[FusedWeightPlan]  # the stock weight quantizer: abs_max_int_quant
+    act: bool  # the stock activation quantizer: int_quant / relu_int_quant once learned
+    stats: Optional[StatsActPlan]  # and, while it collects statistics, abs_percentile_int_quant
+
+
+NO_PLAN = QuantPlan(None, False, None)
+
+
+def match_plan(block: Module) -> QuantPlan:
+    """block's plan (block: a RescalingIntQuant); NO_PLAN runs the module chain."""
+    if block.__dict__.get(_CHAIN_ONLY, False):
+        return NO_PLAN
+    weight = fused_weight_plan(block)
+    if weight is not None:
+        return QuantPlan(weight, False, None)
+    if learned_act_fits(block):
+        return QuantPlan(None, True, stats_act_plan(block))
+    return NO_PLAN
+
+
+def relu_joins_plan(activation: Module, quant: Module) -> bool:
+    """Whether activation then quant is one op (relu_int_quant, or abs_percentile_int_quant
+    with its ReLU): an out-of-place nn.ReLU (an in-place one writes its input, which the op
+    would not) before the stock RescalingIntQuant with an activation plan."""
+    from brevitas_cpp.core.quant.int import RescalingIntQuant  # int.py imports this package
+
+    return (
+        type(activation) is nn.ReLU
+        and not activation.inplace
+        and type(quant) is RescalingIntQuant
+        and bool(quant.plan_act)
+    )
+
+
+def force_module_chain(block: Module, chain_only: bool = True) -> None:
+    """Run block's (a RescalingIntQuant's) module chain even where a plan would apply, or
+    (chain_only=False) plan again: for debugging a quantizer, and for the tests that compare a
+    plan with its chain. Eager mode; a scripted block keeps what it was compiled with."""
+    block.__dict__[_CHAIN_ONLY] = chain_only
+    invalidate_plans()  # a FusedActivationQuantProxy above it derives its ReLU decision again

@@ -112,6 +112,42 @@ def _fq(x=None, scale=None, **kw):
     return ops.float_quant(_x() if x is None else x, _t(0.5) if scale is None else scale, **args)
 
 
+def _liq(x=None, value=None, threshold=None, zp=None, bw=None, min_val=None, mode="round"):
+    """learned_int_quant with valid arguments except those given."""
+    return ops.learned_int_quant(
+        _x() if x is None else x,
+        _t(0.5) if value is None else value,
+        _t(127.0) if threshold is None else threshold,
+        _t(0.0) if zp is None else zp,
+        _t(8.0) if bw is None else bw,
+        True,
+        False,
+        min_val,
+        mode,
+        False,
+        True,
+    )
+
+
+def _liq_backward(grad_y=None, grad_scale=None, threshold=None):
+    """_learned_int_quant_backward with valid arguments except those given (grad_y "none": None)."""
+    return ops._learned_int_quant_backward(
+        None if isinstance(grad_y, str) else (_x() if grad_y is None else grad_y),
+        grad_scale,
+        _x(),
+        _t(0.1),
+        _t(127.0) if threshold is None else threshold,
+        _t(0.0),
+        _t(8.0),
+        True,
+        False,
+        "round",
+        False,
+        True,
+        [True, True],
+    )
+
+
 def cases() -> List[BadInput]:
     out: List[BadInput] = []
     add = lambda name, call, *fragments: out.append(BadInput(name, call, fragments))  # noqa: E731
@@ -601,6 +637,97 @@ def cases() -> List[BadInput]:
         "brevitas_cpp::abs_percentile_int_quant",
         "must be a normal positive finite number",
         "without scaling_min_val",
+    )
+    # learned_int_quant: the stock activation quantizer's learned phase in one op.
+    liq = "brevitas_cpp::learned_int_quant"
+    add(
+        "learned_int_quant-int-x", lambda: _liq(x=_ints()), liq, "x must be a floating-point tensor"
+    )
+    add(
+        "learned_int_quant-value-dtype",
+        lambda: _liq(value=_t(0.5).double()),
+        liq,
+        "value must have the dtype of x",
+    )
+    add(
+        "learned_int_quant-threshold-dtype",
+        lambda: _liq(threshold=_t(127.0).double()),
+        liq,
+        "threshold must have the dtype of x",
+    )
+    add(
+        "learned_int_quant-value-shape",
+        lambda: _liq(value=torch.ones(3)),
+        liq,
+        "value of shape [3] does not broadcast to x of shape [2, 5]",
+    )
+    add(
+        "learned_int_quant-threshold-shape",
+        lambda: _liq(threshold=torch.ones(2, 1, 1)),
+        liq,
+        "threshold of shape [2, 1, 1] does not broadcast",
+    )
+    for v in (float("nan"), float("inf"), -1.0):
+        add(
+            f"learned_int_quant-min-val-{v}",
+            lambda v=v: _liq(min_val=v),
+            liq,
+            "min_val must be a finite number >= 0",
+        )
+    add(
+        "learned_int_quant-min-val-overflow",
+        lambda: _liq(
+            x=_x().half(),
+            value=_t(0.5).half(),
+            threshold=_t(127.0).half(),
+            zp=_t(0.0).half(),
+            min_val=1e6,
+        ),
+        liq,
+        "min_val",
+        "overflow",
+    )
+    for arg in ("threshold", "zp", "bw"):
+        name = {"zp": "zero_point", "bw": "bit_width"}.get(arg, arg)
+        add(
+            f"learned_int_quant-{name}-requires-grad",
+            lambda arg=arg: _liq(**{arg: _t(8.0).requires_grad_()}),
+            liq,
+            f"{name} must not require grad",
+        )
+    add("learned_int_quant-rounding-mode", lambda: _liq(mode="nearest"), liq, "nearest")
+    add(
+        "learned_int_quant-bit-width-shape",
+        lambda: _liq(bw=torch.tensor([8.0, 8.0])),
+        liq,
+        "bit_width must hold exactly one value",
+    )
+    add(
+        "learned_int_quant-device",
+        lambda: _liq(value=torch.tensor(0.5, device="meta")),
+        liq,
+        "value is on meta but x is on cpu",
+    )
+    # A scale value / threshold that is not normal: int_quant's value check, under this op's name.
+    add("learned_int_quant-zero-value", lambda: _liq(value=_t(0.0)), liq, NORMAL_SCALE)
+    liqb = "brevitas_cpp::_learned_int_quant_backward"
+    add(
+        "_learned_int_quant_backward-grad-y-shape",
+        lambda: _liq_backward(grad_y=torch.ones(5, 2)),
+        liqb,
+        "grad_y of shape [5, 2] must have the shape of x",
+    )
+    add(
+        "_learned_int_quant_backward-grad-scale-shape",
+        lambda: _liq_backward(grad_y="none", grad_scale=torch.ones(3)),
+        liqb,
+        "grad_scale of shape [3] must have the shape of scale",
+    )
+    add(
+        "_learned_int_quant_backward-threshold-shape",
+        lambda: _liq_backward(threshold=torch.ones(1, 5)),
+        liqb,
+        "threshold of shape [1, 5] does not broadcast to scale",
     )
     add(
         "float_quant-half-max-value",

@@ -39,6 +39,8 @@ EXPECTED_OPS = {
     "_abs_max_int_quant_backward",
     "abs_percentile_int_quant",
     "_abs_percentile_int_quant_backward",
+    "learned_int_quant",
+    "_learned_int_quant_backward",
     "binary_quant",
     "clamped_binary_quant",
     "_binary_quant_backward",

@@ -48,6 +48,41 @@ def relu_int_quant(
     )
 
 
+def learned_int_quant(
+    x: Tensor,
+    value: Tensor,
+    threshold: Tensor,
+    zero_point: Tensor,
+    bit_width: Tensor,
+    signed: bool,
+    narrow_range: bool,
+    min_val: Optional[float] = None,
+    rounding_mode: str = "round",
+    clamp_ste: bool = False,
+    relu: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """The learned phase of the stock activation quantizer in one op and one autograd node;
+    returns (y, scale) with the values and gradients of the composition
+        scale = scalar_signed_clamp_min_ste(value, min_val) / threshold  (value when min_val is None)
+        y = relu_int_quant(x, scale, ...) if relu else int_quant(x, scale, ...)
+    value and threshold (x's dtype) each broadcast to x as int_quant's scale. x and value get
+    gradients (the clamp is straight-through); threshold, zero_point and bit_width are constants
+    and must not require grad. min_val is None or a finite number >= 0."""
+    return torch.ops.brevitas_cpp.learned_int_quant(
+        x,
+        value,
+        threshold,
+        zero_point,
+        bit_width,
+        signed,
+        narrow_range,
+        min_val,
+        rounding_mode,
+        clamp_ste,
+        relu,
+    )
+
+
 def abs_max_int_quant(
     w: Tensor,
     bit_width: Tensor,

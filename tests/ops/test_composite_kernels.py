@@ -37,6 +37,8 @@ KERNEL_OPS = [
     "_abs_max_int_quant_backward",
     "abs_percentile_int_quant",
     "_abs_percentile_int_quant_backward",
+    "learned_int_quant",
+    "_learned_int_quant_backward",
     "binary_quant",
     "clamped_binary_quant",
     "_binary_quant_backward",
@@ -208,6 +210,60 @@ def test_abs_max_int_quant(dim, dtype, special):
             want = OPS._abs_max_int_quant_backward(*bargs)
             assert got.shape == want.shape and got.dtype == want.dtype
             torch.testing.assert_close(got, want, equal_nan=True, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", ["per_tensor", "dim1"])
+def test_learned_int_quant(shape, dtype):
+    """The composite (scalar_signed_clamp_min_ste, div, int_quant / relu_int_quant on the device's
+    kernels) against the CPU kernel: y and scale bit for bit, x's gradient bit for bit, value's
+    at the dtype's precision (int_quant's scale gradient is summed in another order)."""
+    xs, ps = SHAPES[shape]
+    x = rand(xs, dtype=torch.float64, seed=1, spread=4.0).to(dtype)
+    value = (rand_pos(ps, dtype=torch.float64, seed=2) * 2.0).to(dtype)
+    value.view(-1)[0] = 0.125  # below min_val: the clamp acts
+    threshold, z, b = (
+        torch.tensor(7.0, dtype=dtype),
+        torch.zeros((), dtype=dtype),
+        torch.tensor(4.0),
+    )
+    g = rand(xs, dtype=torch.float64, seed=4).to(dtype)
+    for relu, min_val, mode in [(False, 0.25, "round"), (True, None, "floor"), (True, 0.25, "dpu")]:
+        args = (x, value, threshold, z, b, True, False, min_val, mode, False, relu)
+        got, want = composite("learned_int_quant", *args), OPS.learned_int_quant(*args)
+        for a, w in zip(got, want):
+            assert_bitwise(a, w)
+            assert a.stride() == w.stride()
+        scale = want[1]
+        for grad_scale in (None, torch.full_like(scale, 0.5)):
+            for clamp_ste in (False, True):
+                bargs = (
+                    g,
+                    grad_scale,
+                    x,
+                    scale,
+                    threshold,
+                    z,
+                    b,
+                    True,
+                    False,
+                    mode,
+                    clamp_ste,
+                    relu,
+                )
+                bargs += ([True, True],)
+                got = composite("_learned_int_quant_backward", *bargs)
+                want = OPS._learned_int_quant_backward(*bargs)
+                assert_bitwise(got[0], want[0])
+                assert got[1].shape == want[1].shape and got[1].dtype == want[1].dtype
+                torch.testing.assert_close(got[1], want[1], **tolerance(dtype))
+        # Only the scale's gradient: the division alone, bit for bit.
+        bargs = (None, torch.full_like(scale, 0.5), x, scale, threshold, z, b, True, False, mode)
+        bargs += (False, relu, [True, True])
+        got = composite("_learned_int_quant_backward", *bargs)
+        want = OPS._learned_int_quant_backward(*bargs)
+        assert got[0] is None and want[0] is None
+        assert_bitwise(got[1], want[1])
 
 
 def test_int_quant_bit_width_in_integer_dtypes():

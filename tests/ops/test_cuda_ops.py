@@ -810,3 +810,46 @@ def test_abs_percentile_int_quant_matches_cpu(dtype, relu):
     assert_bitwise(cgx[mask], gx[mask], signed_zero=False)
     tol = grad_tolerance(dtype)
     torch.testing.assert_close(cgx[~mask], gx[~mask], rtol=tol["rtol"], atol=max(tol["atol"], 1e-3))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("min_val", [None, 0.05])
+def test_learned_int_quant_matches_cpu(dtype, relu, min_val):
+    """learned_int_quant on CUDA (its composite: scalar_signed_clamp_min_ste, div, then
+    int_quant's / relu_int_quant's CUDA kernels) against the CPU kernel: y, scale and x's gradient
+    bit for bit, value's at the dtype's precision (int_quant's scale gradient is a reduction); and
+    no host synchronisation in forward and backward."""
+    x = make_x((4, 6, 5, 3), "channels_last", dtype)
+    value = (rand_pos((1, 6, 1, 1), dtype=torch.float64) * 2.0).to(dtype)
+    value.view(-1)[0] = 0.03125  # below min_val: the clamp acts when there is one
+    threshold, z, bw = (
+        torch.tensor(7.0, dtype=dtype),
+        torch.zeros((), dtype=dtype),
+        torch.tensor(4.0),
+    )
+    g = rand(tuple(x.shape), dtype=torch.float64, seed=11).to(dtype)
+    w = rand(tuple(value.shape), dtype=torch.float64, seed=12).to(dtype)
+
+    def run(device):
+        xd, vd, td, zd, bd, gd, wd = (t.to(device) for t in (x, value, threshold, z, bw, g, w))
+        torch.cuda.synchronize()
+        if device == CUDA:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            lx, lv = leaf(xd), leaf(vd)
+            y, s = OPS.learned_int_quant(
+                lx, lv, td, zd, bd, True, False, min_val, "round", False, relu
+            )
+            ((y * gd).sum() + (s * wd).sum()).backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return [t.detach().cpu() for t in (y, s, lx.grad, lv.grad)]
+
+    y, s, gx, gv = run("cpu")
+    cy, cs, cgx, cgv = run(CUDA)
+    assert_bitwise(cy, y)
+    assert_bitwise(cs, s)
+    assert_bitwise(cgx, gx)
+    tol = grad_tolerance(dtype)
+    torch.testing.assert_close(cgv, gv, rtol=tol["rtol"], atol=max(tol["atol"], 1e-3))

@@ -56,6 +56,15 @@
       const std::optional<at::Tensor>& grad, const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,        \
       const at::Tensor& scale, const at::Tensor& index, const at::Tensor& bit_width, bool is_signed,                  \
       bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, bool relu);                                  \
+  std::tuple<at::Tensor, at::Tensor> learned_int_quant_cpu(                                                           \
+      const at::Tensor& x, const at::Tensor& value, const at::Tensor& threshold, const at::Tensor& zero_point,        \
+      const at::Tensor& bit_width, bool is_signed, bool narrow_range, std::optional<double> min_val,                  \
+      c10::string_view rounding_mode, bool clamp_ste, bool relu);                                                     \
+  std::tuple<at::Tensor, at::Tensor> learned_int_quant_backward_cpu(                                                  \
+      const std::optional<at::Tensor>& grad_y, const std::optional<at::Tensor>& grad_scale, const at::Tensor& x,      \
+      const at::Tensor& scale, const at::Tensor& thresh, const at::Tensor& zero_point, const at::Tensor& bit_width,   \
+      bool is_signed, bool narrow_range, c10::string_view rounding_mode, bool clamp_ste, bool relu,                   \
+      std::array<bool, 2> output_mask);                                                                               \
   at::Tensor binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale);                                          \
   at::Tensor clamped_binary_quant_cpu(const at::Tensor& x, const at::Tensor& scale);                                  \
   std::tuple<at::Tensor, at::Tensor> binary_quant_backward_cpu(                                                       \

@@ -107,6 +107,8 @@ TORCH_LIBRARY_IMPL(brevitas_cpp, CPU, m) {
   BREVITAS_CPP_IMPL(m, "_abs_max_int_quant_backward", abs_max_int_quant_backward_cpu);
   BREVITAS_CPP_IMPL(m, "abs_percentile_int_quant", abs_percentile_int_quant_cpu);
   BREVITAS_CPP_IMPL(m, "_abs_percentile_int_quant_backward", abs_percentile_int_quant_backward_cpu);
+  BREVITAS_CPP_IMPL(m, "learned_int_quant", learned_int_quant_cpu);
+  BREVITAS_CPP_IMPL(m, "_learned_int_quant_backward", learned_int_quant_backward_cpu);
   BREVITAS_CPP_IMPL(m, "binary_quant", binary_quant_cpu);
   BREVITAS_CPP_IMPL(m, "clamped_binary_quant", clamped_binary_quant_cpu);
   BREVITAS_CPP_IMPL(m, "_binary_quant_backward", binary_quant_backward_cpu);

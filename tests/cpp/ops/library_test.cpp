@@ -45,7 +45,9 @@ const std::vector<std::string>& all_ops() {
                                             "abs_max_int_quant",
                                             "_abs_max_int_quant_backward",
                                             "abs_percentile_int_quant",
-                                            "_abs_percentile_int_quant_backward"};
+                                            "_abs_percentile_int_quant_backward",
+                                            "learned_int_quant",
+                                            "_learned_int_quant_backward"};
   return ops;
 }
 

@@ -73,8 +73,10 @@ def refresh_plan(block: Module) -> None:
     Under torch.compile or torch.export the generation is not read: a guard on it would
     recompile every compiled model after any registration anywhere. The owner's matcher runs
     instead (the graph is then guarded on the block types it reads), and only a tree that
-    changed since the plan was derived leaves the graph to derive it again."""
-    if JIT_ENABLED:
+    changed since the plan was derived leaves the graph to derive it again. torch.export keeps
+    the plan as derived: its tracer reaches submodules through stand-in objects of other types,
+    which the matcher would not recognise (derive the plan in eager mode, by a call, first)."""
+    if JIT_ENABLED or torch.compiler.is_exporting():
         return
     if torch.compiler.is_compiling():
         if not block.plan_holds():  # type: ignore[operator]

@@ -48,6 +48,8 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from brevitas_cpp.proxy.quant_proxy import QuantProxyFromInjector
+
 try:  # private: how torch.export's non-strict tracer calls submodules (torch >= 2.3)
     from torch.fx.experimental.proxy_tensor import _AttrProxy
 except ImportError:  # pragma: no cover - an older or newer torch without it
@@ -314,7 +316,8 @@ class ScopeTracker:
 
     def hook(self, modules: List[nn.Module]) -> List[Any]:
         """Hooks that keep the module stack; returns their handles. Script modules get none:
-        they take no hooks, and the calls inside them run compiled, unseen by a mode."""
+        they take no hooks, and the calls inside them run compiled, unseen by a mode. Nor do
+        the blocks inside a quant proxy: their calls count in the proxy's scope."""
 
         def enter(module: nn.Module, _args: Any) -> None:
             # torch.export (non-strict) calls each submodule through a stand-in object that
@@ -326,9 +329,17 @@ class ScopeTracker:
         def leave(module: nn.Module, _args: Any, _out: Any) -> None:
             self.stack.pop()
 
+        # A quant proxy's call is followed, not the blocks inside it: its quantizer is one step
+        # of the model, and a hook on its blocks would keep it off its plan (core/quant/plan).
+        inside_proxies = {
+            id(block)
+            for module in modules
+            if isinstance(module, QuantProxyFromInjector)
+            for block in tuple(module.modules())[1:]
+        }
         handles = []
         for module in modules:
-            if isinstance(module, torch.jit.ScriptModule):
+            if isinstance(module, torch.jit.ScriptModule) or id(module) in inside_proxies:
                 continue
             handles.append(module.register_forward_pre_hook(enter))
             handles.append(module.register_forward_hook(leave, always_call=True))

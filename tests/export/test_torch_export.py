@@ -145,7 +145,8 @@ def test_torch_export_of_training_model_after_warm_up():
     model.train()
     reference = copy.deepcopy(model)
     program = torch.export.export(copy.deepcopy(model), (images(4, seed=1),))
-    assert "brevitas_cpp.int_quant.default" in op_counts(program)
+    # The activation quantizers' learned phase: their plan's one op (core/quant/plan).
+    assert "brevitas_cpp.learned_int_quant.default" in op_counts(program)
     _steps(program.module(), reference, steps=3)
 
 

@@ -18,7 +18,7 @@ from brevitas_cpp.core.quant._checks import check_bool, check_module, check_quan
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.delay import DelayWrapper
 from brevitas_cpp.core.quant.plan.forward import PlannedQuant, plan_applies
-from brevitas_cpp.core.quant.plan.match import match_plan
+from brevitas_cpp.core.quant.plan.match import NO_PLAN, QuantPlan, match_plan
 from brevitas_cpp.core.quant.plan.weight import constant_int_threshold
 from brevitas_cpp.core.scaling import TruncMsbScaling
 from brevitas_cpp.core.utils import StatelessBuffer
@@ -140,7 +140,11 @@ class RescalingIntQuant(PlannedQuant):
         # one being traced or compiled included.
         if "int_threshold_value" not in self.__dict__:  # pickled whole before it existed
             self.int_threshold_is_const = self._store_const_threshold()
-        self.adopt_plan(match_plan(self), self.__dict__["int_threshold_value"])
+        self.adopt_plan(self.matched_plan(), self.__dict__["int_threshold_value"])
+
+    def matched_plan(self) -> QuantPlan:
+        # A subclass may compute otherwise (its own forward): no plan, as for a block's subclass.
+        return match_plan(self) if type(self) is RescalingIntQuant else NO_PLAN
 
     def _store_const_threshold(self) -> bool:
         """Compute the constant threshold into const_int_threshold (and, as a number, for the
@@ -181,7 +185,7 @@ class RescalingIntQuant(PlannedQuant):
                 out = self.plan_forward(x, True)
                 if out is not None:
                     return out
-        elif self.plan_act:  # a constant: compiled only for the stock blocks
+        elif self.plan_act or self.plan_stats:  # constants: compiled only for an activation plan
             out = self.plan_forward(x, True)
             if out is not None:
                 return out
@@ -194,7 +198,7 @@ class RescalingIntQuant(PlannedQuant):
                 out = self.plan_forward(x, False)
                 if out is not None:
                     return out
-        elif self.plan_act or self.plan_weight:  # constants: compiled only for a plan
+        elif self.plan_weight or self.plan_act or self.plan_stats:  # constants: only for a plan
             out = self.plan_forward(x, False)
             if out is not None:
                 return out

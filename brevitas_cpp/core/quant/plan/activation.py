@@ -1,7 +1,7 @@
 """The stock activation quantizer's plan: which RescalingIntQuant is the one whose training
-calls one op computes, in its learned phase (int_quant, or relu_int_quant after a ReLU, with
-the scale clamp_min(value) / threshold) and while it collects statistics
-(abs_percentile_int_quant).
+calls one op computes, in its learned phase (learned_int_quant: the scale
+clamp_min(value) / threshold and int_quant, of relu(x) after a ReLU, one autograd node) and
+while it collects statistics (abs_percentile_int_quant).
 
 For its first collect_stats_steps training calls the stock activation quantizer (a
 RescalingIntQuant around ParameterFromRuntimeStatsScaling with AbsPercentile over the tensor,
@@ -30,12 +30,18 @@ from brevitas_cpp.core.function_wrapper import (
 )
 from brevitas_cpp.core.quant.int_base import IntQuant
 from brevitas_cpp.core.quant.plan.weight import _min_val_of
-from brevitas_cpp.core.restrict_val import _ClampValue
+from brevitas_cpp.core.restrict_val import _ClampValue, _RestrictValue
 from brevitas_cpp.core.scaling.int_scaling import IntScaling
 from brevitas_cpp.core.scaling.standalone import ParameterFromRuntimeStatsScaling
 from brevitas_cpp.core.stats.stats_op import AbsPercentile
 from brevitas_cpp.core.stats.stats_wrapper import _Stats
 from brevitas_cpp.core.zero_point import ZeroZeroPoint
+
+
+class LearnedActPlan(NamedTuple):
+    """learned_int_quant's constant argument for one quantizer."""
+
+    scaling_min_val: Optional[float]
 
 
 class StatsActPlan(NamedTuple):
@@ -77,6 +83,30 @@ def learned_act_fits(block: Module) -> bool:
         and type(iq) is IntQuant
         and iq.fused
     )
+
+
+def _is_identity_restrict(block: Module) -> bool:
+    return type(block) is _RestrictValue and block.restrict_is_identity
+
+
+def learned_act_plan(block: Module) -> Optional[LearnedActPlan]:
+    """The op's arguments when block (a RescalingIntQuant whose blocks learned_act_fits
+    accepted) learns its scale in the linear domain, scale = clamp_min(value) / threshold (no
+    restriction of the threshold, the value or the scale, the lower bound a signed clamp or
+    none), else None."""
+    scaling = block.scaling_impl
+    if not (
+        scaling.threshold_pre_is_identity
+        and _is_identity_restrict(scaling.restrict_threshold)
+        and _is_identity_restrict(scaling.restrict_scaling)
+        and _is_identity_restrict(scaling.restrict_scale_threshold)
+        and type(scaling.clamp_scaling) is _ClampValue
+    ):
+        return None
+    try:
+        return LearnedActPlan(_min_val_of(scaling.clamp_scaling.clamp_min_ste))
+    except LookupError:
+        return None
 
 
 def stats_act_plan(block: Module) -> Optional[StatsActPlan]:

@@ -19,18 +19,13 @@ from brevitas_cpp import jit
 from brevitas_cpp.core.hooks import any_hook_in, hook_dicts, submodules
 from brevitas_cpp.core.quant.block_output import QuantBlockOutput
 from brevitas_cpp.core.quant.plan.activation import smallest_normal
-from brevitas_cpp.core.quant.plan.match import QuantPlan, match_plan
+from brevitas_cpp.core.quant.plan.match import NO_PLAN, QuantPlan, match_plan
 from brevitas_cpp.core.quant.plan.operands import int_operands_fit
 from brevitas_cpp.core.quant.plan.weight import fused_weight_fits
 from brevitas_cpp.core.replan import Replans, refresh_plan
 from brevitas_cpp.core.stats.stats_op import _high_k
 from brevitas_cpp.distributed import _stats_stay_local
-from brevitas_cpp.function import (
-    abs_max_int_quant,
-    abs_percentile_int_quant,
-    int_quant,
-    relu_int_quant,
-)
+from brevitas_cpp.function import abs_max_int_quant, abs_percentile_int_quant, learned_int_quant
 
 PLAN = "plan"  # the __dict__ key of the QuantPlan adopted
 PLAN_HOOKS = "plan_hooks"  # the __dict__ key of the hook dictionaries of the blocks a plan skips
@@ -41,7 +36,8 @@ def plan_applies(block: Module) -> bool:
     module was registered since) and calling the blocks would run no hook (a hook registered
     later fills the dictionaries gathered with the plan)."""
     refresh_plan(block)
-    return bool(block.plan_act or block.plan_weight) and not any_hook_in(block.__dict__[PLAN_HOOKS])
+    planned = block.plan_weight or block.plan_act or block.plan_stats
+    return bool(planned) and not any_hook_in(block.__dict__[PLAN_HOOKS])
 
 
 class PlannedQuant(Replans, jit.ScriptModule):
@@ -51,12 +47,12 @@ class PlannedQuant(Replans, jit.ScriptModule):
 
     __constants__ = [
         "plan_weight",  # abs_max_int_quant
-        "plan_act",  # int_quant / relu_int_quant in the learned phase
+        "plan_act",  # learned_int_quant in the learned phase
         "plan_stats",  # abs_percentile_int_quant in the statistics phase
         "plan_channels",  # weight: -1 over the tensor, else C output channels (dim 0)
         "plan_scale_rank",  # weight per channel: the scale's rank
         "plan_has_min_val",
-        "plan_min_val",  # the scale's (weight) or statistic's (activation) lower bound
+        "plan_min_val",  # the lower bound of the scale (weight) or learned value (activation)
         "plan_q",  # statistics: the percentile
         "plan_threshold",  # statistics: the constant integer threshold, as a float
     ]
@@ -64,31 +60,38 @@ class PlannedQuant(Replans, jit.ScriptModule):
     def adopt_plan(self, plan: QuantPlan, threshold: float) -> None:
         """Set the constants from plan (threshold: the constant integer threshold, a number),
         and gather the hooks of the blocks it would skip."""
-        weight, stats = plan.weight, plan.stats
+        weight, act, stats = plan.weight, plan.act, plan.stats
         self.plan_weight = weight is not None
-        self.plan_act = plan.act
+        self.plan_act = act is not None
         self.plan_stats = stats is not None
         self.plan_channels = weight.channels if weight is not None else -1
         self.plan_scale_rank = weight.scale_rank if weight is not None else 0
+        # One bound: an activation's statistics and learned value share their clamp block.
         min_val = weight.scaling_min_val if weight is not None else None
-        if stats is not None:
+        if act is not None:
+            min_val = act.scaling_min_val
+        elif stats is not None:
             min_val = stats.scaling_min_val
         self.plan_has_min_val = min_val is not None
         self.plan_min_val = float(min_val) if min_val is not None else 0.0
         self.plan_q = stats.high_percentile_q if stats is not None else 100.0
         self.plan_threshold = threshold if stats is not None else 1.0
-        planned = weight is not None or plan.act
+        planned = plan != NO_PLAN
         self.__dict__[PLAN_HOOKS] = hook_dicts(submodules(self)) if planned else ()
         self.__dict__[PLAN] = plan
 
+    def matched_plan(self) -> QuantPlan:
+        """The plan the matcher finds in the tree now (a subclass may refuse it)."""
+        return match_plan(self)
+
     def plan_holds(self) -> bool:
-        return self.__dict__.get(PLAN) == match_plan(self)
+        return self.__dict__.get(PLAN) == self.matched_plan()
 
     @jit.script_method
     def quant_fuses(self) -> bool:
         """Whether this call may quantize in a fused op: not observing only, the IntQuant fused,
         without a view or a pending delay (flags read on every call)."""
-        if self.plan_act or self.plan_weight:  # constants: the flags exist on stock blocks only
+        if self.plan_weight or self.plan_act or self.plan_stats:  # constants: stock blocks only
             iq = self.int_quant
             return not self.observer_only and iq.fused and iq.view_is_identity and iq.never_delays
         return False
@@ -100,7 +103,7 @@ class PlannedQuant(Replans, jit.ScriptModule):
         if self.plan_weight:  # a constant
             if not relu and self.quant_fuses():
                 return self._weight_forward(x)
-        elif self.plan_act:  # a constant
+        elif self.plan_act or self.plan_stats:  # constants
             scaling = self.scaling_impl
             if scaling.training and self.quant_fuses():
                 if scaling.counter < scaling.collect_stats_steps:
@@ -139,36 +142,36 @@ class PlannedQuant(Replans, jit.ScriptModule):
 
     @jit.script_method
     def _learned_forward(self, x: Tensor, relu: bool) -> Optional[QuantBlockOutput]:
-        """The learned phase: scale = clamp_min(value) / threshold, then int_quant (of relu(x)
-        with relu)."""
+        """The learned phase in learned_int_quant, one autograd node: scale =
+        clamp_min(value) / threshold, then int_quant (of relu(x) with relu)."""
         if self.plan_act:  # a constant
             iq = self.int_quant
             bit_width = self.msb_clamp_bit_width_impl.bit_width.value
             zero_point = self.zero_point_impl.zero_point.value
-            scale = self.scaling_impl._learned_scale(self.const_int_threshold.value)
-            if int_operands_fit(x, scale, zero_point, bit_width):
-                if relu:
-                    y = relu_int_quant(
-                        x,
-                        scale,
-                        zero_point,
-                        bit_width,
-                        iq.signed,
-                        iq.narrow_range,
-                        iq.rounding_mode,
-                        iq.clamp_ste,
-                    )
-                else:
-                    y = int_quant(
-                        x,
-                        scale,
-                        zero_point,
-                        bit_width,
-                        iq.signed,
-                        iq.narrow_range,
-                        iq.rounding_mode,
-                        iq.clamp_ste,
-                    )
+            threshold = self.const_int_threshold.value
+            value = self.scaling_impl.value
+            # The chain divides value by the threshold in x's dtype only when all three share it.
+            if (
+                int_operands_fit(x, value, zero_point, bit_width)
+                and threshold.dtype == x.dtype
+                and threshold.device == x.device
+            ):
+                min_val: Optional[float] = None
+                if self.plan_has_min_val:
+                    min_val = self.plan_min_val
+                y, scale = learned_int_quant(
+                    x,
+                    value,
+                    threshold,
+                    zero_point,
+                    bit_width,
+                    iq.signed,
+                    iq.narrow_range,
+                    min_val,
+                    iq.rounding_mode,
+                    iq.clamp_ste,
+                    relu,
+                )
                 return y, scale, zero_point, bit_width
         return None
 

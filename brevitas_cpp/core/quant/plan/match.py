@@ -6,7 +6,13 @@ from typing import NamedTuple, Optional
 from torch import nn
 from torch.nn import Module
 
-from brevitas_cpp.core.quant.plan.activation import StatsActPlan, learned_act_fits, stats_act_plan
+from brevitas_cpp.core.quant.plan.activation import (
+    LearnedActPlan,
+    StatsActPlan,
+    learned_act_fits,
+    learned_act_plan,
+    stats_act_plan,
+)
 from brevitas_cpp.core.quant.plan.weight import FusedWeightPlan, fused_weight_plan
 from brevitas_cpp.core.replan import invalidate_plans
 
@@ -15,14 +21,14 @@ _CHAIN_ONLY = "plan_chain_only"
 
 
 class QuantPlan(NamedTuple):
-    """At most one of weight and act."""
+    """A weight plan, or an activation plan (either phase or both)."""
 
     weight: Optional[FusedWeightPlan]  # the stock weight quantizer: abs_max_int_quant
-    act: bool  # the stock activation quantizer: int_quant / relu_int_quant once learned
-    stats: Optional[StatsActPlan]  # and, while it collects statistics, abs_percentile_int_quant
+    act: Optional[LearnedActPlan]  # the stock activation quantizer once learned: learned_int_quant
+    stats: Optional[StatsActPlan]  # and while it collects statistics: abs_percentile_int_quant
 
 
-NO_PLAN = QuantPlan(None, False, None)
+NO_PLAN = QuantPlan(None, None, None)
 
 
 def match_plan(block: Module) -> QuantPlan:
@@ -31,23 +37,21 @@ def match_plan(block: Module) -> QuantPlan:
         return NO_PLAN
     weight = fused_weight_plan(block)
     if weight is not None:
-        return QuantPlan(weight, False, None)
+        return QuantPlan(weight, None, None)
     if learned_act_fits(block):
-        return QuantPlan(None, True, stats_act_plan(block))
+        return QuantPlan(None, learned_act_plan(block), stats_act_plan(block))
     return NO_PLAN
 
 
 def relu_joins_plan(activation: Module, quant: Module) -> bool:
-    """Whether activation then quant is one op (relu_int_quant, or abs_percentile_int_quant
+    """Whether activation then quant is one op (learned_int_quant or abs_percentile_int_quant
     with its ReLU): an out-of-place nn.ReLU (an in-place one writes its input, which the op
-    would not) before the stock RescalingIntQuant with an activation plan."""
-    from brevitas_cpp.core.quant.int import RescalingIntQuant  # int.py imports this package
-
+    would not) before a quantizer with an activation plan (only the stock RescalingIntQuant,
+    not a subclass, has one: see RescalingIntQuant.derive_plan)."""
     return (
         type(activation) is nn.ReLU
         and not activation.inplace
-        and type(quant) is RescalingIntQuant
-        and bool(quant.plan_act)
+        and bool(getattr(quant, "plan_act", False) or getattr(quant, "plan_stats", False))
     )
 
 

@@ -8,8 +8,8 @@ definition and the fallback: a user's block, a hook on a block the op would skip
 the op does not take run it.
 
     weight.py      the stock weight quantizer (AbsMax statistics) -> abs_max_int_quant
-    activation.py  the stock activation quantizer: learned phase -> int_quant, statistics phase
-                   -> abs_percentile_int_quant; after an nn.ReLU -> relu_int_quant
+    activation.py  the stock activation quantizer: learned phase -> learned_int_quant,
+                   statistics phase -> abs_percentile_int_quant (each with the ReLU before it)
     match.py       the one matcher: a block tree -> its QuantPlan (and whether a ReLU joins it)
     forward.py     PlannedQuant: the plan's constants and its one op call, for eager mode and
                    TorchScript alike; the eager gate (plan current, no hook skipped)

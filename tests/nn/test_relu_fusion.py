@@ -1,4 +1,5 @@
-"""QuantReLU's ReLU fused into its activation quantizer (relu_int_quant) in the learned phase,
+"""QuantReLU's ReLU fused into its activation quantizer (learned_int_quant with relu) in the
+learned phase,
 eager and TorchScript alike (BREVITAS_JIT=0 and =1 run this file): the same numbers as a
 hand-built equivalent that keeps them apart, torch.nn.ReLU then QuantIdentity with the same
 quantizer, and the fused op counted in the profiler, not assumed."""
@@ -13,9 +14,14 @@ from brevitas_cpp.quant import Uint8ActPerTensorFloat
 
 
 def fused_calls(fn) -> int:
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    """Calls of the learned plan's op with the ReLU in it: learned_int_quant(..., relu=True)."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
-    return sum(1 for e in prof.events() if e.name == "brevitas_cpp::relu_int_quant")
+    return sum(
+        1
+        for e in prof.events()
+        if e.name == "brevitas_cpp::learned_int_quant" and e.concrete_inputs[-1] is True
+    )
 
 
 def train_step(layer, x):

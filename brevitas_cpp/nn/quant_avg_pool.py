@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.nn import AdaptiveAvgPool2d, AvgPool2d
 from torch.nn import functional as F
 
+from brevitas_cpp.nn._error_context import call_naming_layer
 from brevitas_cpp.nn.mixin.acc import AccQuantType, TruncMixin
 from brevitas_cpp.nn.mixin.base import QuantLayerMixin
 from brevitas_cpp.proxy.script import script_error
@@ -98,6 +99,10 @@ class _TruncAvgPoolBase(TruncMixin, QuantLayerMixin):
         if torch.jit.is_scripting():
             # Truncation is off (checked by __prepare_scriptable__): the float pooling.
             return self._pool(input)
+        # An error names the layer (TorchScript compiles no try statement: eager mode only).
+        return call_naming_layer(self, self._layer_forward, input)
+
+    def _layer_forward(self, input: Tensor):
         x = self.unpack_input(input)
         qx = _input_to_requantize(self, x)
         if qx is not None:

@@ -19,6 +19,8 @@ from brevitas_cpp.proxy.script import QuantTuple, quant_operand, script_error
 from brevitas_cpp.quant import Int8ActPerTensorFloat
 from brevitas_cpp.quant_tensor import QuantTensor
 
+from ._error_context import call_naming_layer
+
 __all__ = ["QuantEltwiseAdd", "QuantCat"]
 
 
@@ -103,6 +105,12 @@ class QuantEltwiseAdd(_QuantEltwise):
 
     # Tensors, or in eager mode QuantTensors (annotated as what TorchScript accepts).
     def forward(self, input: Tensor, other: Tensor):
+        if torch.jit.is_scripting():
+            return self._layer_forward(input, other)
+        # An error names the layer (TorchScript compiles no try statement: eager mode only).
+        return call_naming_layer(self, self._layer_forward, input, other)
+
+    def _layer_forward(self, input: Tensor, other: Tensor):
         as_quant_tensor = self._wants_quant_tensor(input) or self._wants_quant_tensor(other)
         quant_input = self.input_quant.quantize(input, as_quant_tensor)
         quant_other = self.input_quant.quantize(other, as_quant_tensor)
@@ -146,6 +154,12 @@ class QuantCat(_QuantEltwise):
     # tensor_list: a list or tuple of Tensors or QuantTensors in eager mode; annotated as what
     # TorchScript accepts (a list of Tensors: TorchScript lists are invariant).
     def forward(self, tensor_list: List[Tensor], dim: int = 1):
+        if torch.jit.is_scripting():
+            return self._layer_forward(tensor_list, dim)
+        # An error names the layer (TorchScript compiles no try statement: eager mode only).
+        return call_naming_layer(self, self._layer_forward, tensor_list, dim)
+
+    def _layer_forward(self, tensor_list: List[Tensor], dim: int):
         as_quant_tensor = self._wants_quant_tensors(tensor_list)
         quant_list: List[QuantTuple] = []
         for t in tensor_list:

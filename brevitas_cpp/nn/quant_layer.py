@@ -23,6 +23,7 @@ from torch.nn import Module
 from brevitas_cpp.proxy.script import QuantTuple, quant_operand, script_error
 from brevitas_cpp.quant_tensor import QuantTensor
 
+from ._error_context import call_naming_layer
 from .mixin import (
     AccQuantType,
     ActQuantType,
@@ -97,6 +98,12 @@ class QuantNonLinearActLayer(QuantNonLinearActMixin, QuantInputMixin, QuantLayer
 
     # input: a Tensor, or in eager mode a QuantTensor (annotated as what TorchScript accepts).
     def forward(self, input: Tensor):
+        if torch.jit.is_scripting():
+            return self._layer_forward(input)
+        # An error names the layer (TorchScript compiles no try statement: eager mode only).
+        return call_naming_layer(self, self._layer_forward, input)
+
+    def _layer_forward(self, input: Tensor):
         as_quant_tensor = self._wants_quant_tensor(input)
         quant_input = self.input_quant.quantize(input, as_quant_tensor)
         quant_output = self.act_quant.quantize(
@@ -237,7 +244,13 @@ class QuantWeightBiasInputOutputLayer(QuantBiasMixin, QuantWeightMixin, QuantInp
         """Quantize the input, the weight and the bias (whose scale may be input scale x weight
         scale), run the float op on them and quantize its output. With QuantTensor operands
         (eager mode, when a QuantTensor is wanted) the float op's torch handler also derives the
-        accumulator's scale and bit width, which an unquantized output keeps."""
+        accumulator's scale and bit width, which an unquantized output keeps. In eager mode an
+        error names the layer (brevitas_cpp.nn._error_context)."""
+        if torch.jit.is_scripting():
+            return self._layer_forward(inp, output_size)
+        return call_naming_layer(self, self._layer_forward, inp, output_size)
+
+    def _layer_forward(self, inp: Tensor, output_size: Optional[List[int]]) -> Tensor:
         as_quant_tensor = self._wants_quant_tensor(inp)
         quant_input = self.input_quant.quantize(inp, as_quant_tensor)
         quant_weight = self.weight_quant.quantize(self.weight, quant_input, as_quant_tensor)

@@ -39,6 +39,7 @@ from brevitas_cpp.quant import (
 )
 from brevitas_cpp.quant_tensor import _unpack_quant_tensor
 
+from ._error_context import call_naming_layer
 from .mixin.utils import is_brevitas_keyword
 from .quant_activation import QuantIdentity
 from .quant_linear import QuantLinear
@@ -325,6 +326,32 @@ class QuantMultiheadAttention(nn.Module):
         attn_mask: Optional[Tensor] = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
+    ) -> Tuple[Any, Optional[Tensor]]:
+        # An error names the layer, or the QuantLinear/QuantIdentity inside it that raised it
+        # (the layer does not script: no TorchScript path to keep apart).
+        return call_naming_layer(
+            self,
+            self._layer_forward,
+            query,
+            key,
+            value,
+            key_padding_mask,
+            need_weights,
+            attn_mask,
+            average_attn_weights,
+            is_causal,
+        )
+
+    def _layer_forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Optional[Tensor],
+        need_weights: bool,
+        attn_mask: Optional[Tensor],
+        average_attn_weights: bool,
+        is_causal: bool,
     ) -> Tuple[Any, Optional[Tensor]]:
         if any(getattr(t, "is_nested", False) for t in (query, key, value)):
             raise RuntimeError("QuantMultiheadAttention: nested tensors are not supported")

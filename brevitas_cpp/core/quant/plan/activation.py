@@ -73,7 +73,7 @@ def learned_act_fits(block: Module) -> bool:
     """block (a RescalingIntQuant) is the stock activation quantizer past its statistics phase:
     a constant bit width and integer threshold, a learned ParameterFromRuntimeStatsScaling, zero
     point 0 and a fused-able IntQuant, by exact types (a subclass may compute otherwise). The
-    learned scale's identity flags and the IntQuant's fusion are read on every call."""
+    IntQuant's view and delay flags are read on every call (PlannedQuant.quant_fuses)."""
     iq = block.int_quant
     return (
         block.int_threshold_is_const

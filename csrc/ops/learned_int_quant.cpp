@@ -6,6 +6,7 @@
 #include "ops/common/rounding.h"
 #include "ops/int_quant.h"
 
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -93,6 +94,15 @@ void check_learned_int_quant_backward_args(const std::optional<at::Tensor>& grad
   }
 }
 
+at::Tensor learned_value_grad(const at::Tensor& grad_scale_from_y, const std::optional<at::Tensor>& grad_scale,
+                              const at::Tensor& threshold) {
+  const bool has_gs = grad_scale.has_value() && grad_scale->defined();
+  if (!grad_scale_from_y.defined() && !has_gs) return at::Tensor();
+  // The two summed first, as the engine's input buffer sums them.
+  const at::Tensor g =
+      grad_scale_from_y.defined() ? (has_gs ? grad_scale_from_y + *grad_scale : grad_scale_from_y) : *grad_scale;
+  return at::div(g, threshold);
+}
 }  // namespace detail
 
 TORCH_LIBRARY_FRAGMENT(brevitas_cpp, m) {

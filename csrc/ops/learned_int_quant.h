@@ -55,6 +55,12 @@ void check_learned_int_quant_backward_args(const std::optional<at::Tensor>& grad
                                            const at::Tensor& scale, const at::Tensor& threshold,
                                            const at::Tensor& zero_point, const at::Tensor& bit_width,
                                            c10::string_view rounding_mode);
+// value's gradient from the scale's: int_quant's through y (grad_scale_from_y, undefined when y
+// got no gradient) plus the scale output's (grad_scale), then DivBackward's grad / threshold,
+// the clamp straight through: autograd's float operations through the composition, shared by
+// the CPU and composite kernels. Undefined when neither gradient is.
+at::Tensor learned_value_grad(const at::Tensor& grad_scale_from_y, const std::optional<at::Tensor>& grad_scale,
+                              const at::Tensor& threshold);
 }  // namespace detail
 
 }  // namespace brevitas_cpp::ops

@@ -40,7 +40,6 @@ std::tuple<at::Tensor, at::Tensor> learned_int_quant_backward(
   ops::detail::check_learned_int_quant_backward_args(grad_y, grad_scale, x, scale, threshold, zero_point, bit_width,
                                                      rounding_mode);
   const bool has_gy = grad_y.has_value() && grad_y->defined();
-  const bool has_gs = grad_scale.has_value() && grad_scale->defined();
   at::Tensor gx, gs;
   if (has_gy && (output_mask[0] || output_mask[1])) {
     const std::array<bool, 4> mask{output_mask[0], output_mask[1], false, false};
@@ -50,11 +49,8 @@ std::tuple<at::Tensor, at::Tensor> learned_int_quant_backward(
              : ops::_int_quant_backward(*grad_y, x, std::nullopt, scale, zero_point, bit_width, is_signed, narrow_range,
                                         rounding_mode, clamp_ste, mask);
   }
-  at::Tensor gv;
-  if (output_mask[1] && (has_gy || has_gs)) {
-    const at::Tensor g = has_gy ? (has_gs ? gs + *grad_scale : gs) : *grad_scale;
-    gv = at::div(g, threshold);
-  }
+  // gs is defined here when y got a gradient (output_mask[1] asked int_quant's backward for it).
+  at::Tensor gv = output_mask[1] ? ops::detail::learned_value_grad(gs, grad_scale, threshold) : at::Tensor();
   return {output_mask[0] ? gx : at::Tensor(), gv};
 }
 

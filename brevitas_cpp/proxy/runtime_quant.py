@@ -84,8 +84,9 @@ class _TensorQuantDisabledIdentity(jit.ScriptModule):
 
 class FusedActivationQuantProxy(Replans, jit.ScriptModule):
     """activation_impl then tensor_quant, in one (scriptable) module. After an out-of-place
-    nn.ReLU the stock activation quantizer's plan takes the ReLU into its op (relu_int_quant,
-    see core/quant/plan): relu(x) is then never written nor read back. Autograd then keeps x,
+    nn.ReLU the stock activation quantizer's plan takes the ReLU into its op (learned_int_quant
+    or abs_percentile_int_quant, see core/quant/plan): relu(x) is then never written nor read
+    back. Autograd then keeps x,
     where ReLU kept relu(x): x must not be modified in place before backward."""
 
     __constants__ = ["relu_into_quant"]

@@ -166,3 +166,12 @@ def test_non_stock_quantizers_keep_the_composition(make):
     with RecordedCalls() as calls:
         layer.weight_quant.quant_tuple(layer.weight)
     assert FUSED_OP not in calls.names
+
+
+def test_force_module_chain_refuses_what_it_can_not_switch():
+    with pytest.raises(TypeError, match="force_module_chain: quantizer must be .* got Linear"):
+        force_module_chain(torch.nn.Linear(2, 2))
+    if jit.JIT_ENABLED:
+        tq = _layers()["linear_tensor"].weight_quant.tensor_quant
+        with pytest.raises(RuntimeError, match="force_module_chain: with BREVITAS_JIT=1"):
+            force_module_chain(tq)

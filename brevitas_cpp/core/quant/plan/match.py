@@ -6,6 +6,7 @@ from typing import NamedTuple, Optional
 from torch import nn
 from torch.nn import Module
 
+from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.core.quant.plan.activation import (
     LearnedActPlan,
     StatsActPlan,
@@ -58,6 +59,17 @@ def relu_joins_plan(activation: Module, quant: Module) -> bool:
 def force_module_chain(block: Module, chain_only: bool = True) -> None:
     """Run block's (a RescalingIntQuant's) module chain even where a plan would apply, or
     (chain_only=False) plan again: for debugging a quantizer, and for the tests that compare a
-    plan with its chain. Eager mode; a scripted block keeps what it was compiled with."""
+    plan with its chain. Eager mode: a block compiled with BREVITAS_JIT=1 keeps the plan it was
+    compiled with, so it is refused, as is a module that has no plan."""
+    if not callable(getattr(block, "matched_plan", None)):
+        raise TypeError(
+            "force_module_chain: quantizer must be a block with a plan (RescalingIntQuant), "
+            f"got {type(block).__name__}"
+        )
+    if JIT_ENABLED:
+        raise RuntimeError(
+            "force_module_chain: with BREVITAS_JIT=1 a quantizer keeps the plan it was compiled "
+            "with; run with BREVITAS_JIT=0 to switch it"
+        )
     block.__dict__[_CHAIN_ONLY] = chain_only
     invalidate_plans()  # a FusedActivationQuantProxy above it derives its ReLU decision again

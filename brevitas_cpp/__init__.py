@@ -14,6 +14,7 @@ from brevitas_cpp._unsupported import install_stub_finder
 __all__ = [
     "NATIVE_STE_BACKEND_LOADED",
     "build_info",
+    "compiler",
     "function",
     "is_dynamo_compiling",
     "pkg_dir",
@@ -28,4 +29,5 @@ NATIVE_STE_BACKEND_LOADED: bool = True
 
 install_stub_finder()
 
-from brevitas_cpp import function  # noqa: E402
+# compiler: the step counters are symbolic ints under torch.compile from here on.
+from brevitas_cpp import compiler, function  # noqa: E402

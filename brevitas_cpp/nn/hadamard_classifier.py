@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from brevitas_cpp.function import ceil_ste, max_int
 from brevitas_cpp.quant_tensor import IntQuantTensor, _unpack_quant_tensor
 
+from ._error_context import call_naming_layer
 from .mixin.base import QuantLayerMixin
 
 __all__ = ["HadamardClassifier", "hadamard"]
@@ -81,6 +82,12 @@ class HadamardClassifier(QuantLayerMixin, nn.Module):
         return ceil_ste(torch.log2(max_input_val * self.in_channels))
 
     def forward(self, inp: Tensor) -> Tensor:  # a QuantTensor too, in eager mode
+        if torch.jit.is_scripting():
+            return self._layer_forward(inp)
+        # An error names the layer (TorchScript compiles no try statement: eager mode only).
+        return call_naming_layer(self, self._layer_forward, inp)
+
+    def _layer_forward(self, inp: Tensor) -> Tensor:
         if torch.jit.is_scripting():
             value = inp
         else:

@@ -12,6 +12,7 @@ from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import Int8WeightPerTensorFloat
 from brevitas_cpp.quant_tensor import IntQuantTensor, QuantTensor
 
+from ._error_context import call_naming_layer
 from .mixin.parameter import QuantWeightMixin, WeightQuantType
 
 __all__ = ["QuantEmbedding"]
@@ -98,6 +99,10 @@ class QuantEmbedding(QuantWeightMixin, Embedding):
     def forward(self, inp: Tensor):
         if torch.jit.is_scripting():
             return self._lookup(inp, self.weight_quant(self.weight)[0])
+        # An error names the layer (TorchScript compiles no try statement: eager mode only).
+        return call_naming_layer(self, self._layer_forward, inp)
+
+    def _layer_forward(self, inp: Tensor):
         if isinstance(inp, QuantTensor):
             raise TypeError(
                 "QuantEmbedding: the input must be an integer index tensor, got a QuantTensor"

@@ -47,6 +47,7 @@ from brevitas_cpp.quant import (
 )
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
+from ._error_context import call_naming_layer
 from ._rnn_args import _check_bool
 from ._rnn_gates import GateParams, GateWeight
 from ._rnn_layers import _LSTM_GATES, _QuantLSTMLayer, _QuantRNNLayer
@@ -131,6 +132,11 @@ class QuantRNN(QuantRecurrentStackBase):
         )
 
     def forward(self, inp: Any, hx: Optional[Tensor] = None) -> Tuple[Any, Any]:
+        # An error names the stack (which does not script: no TorchScript path to keep apart);
+        # the time loop inside it is not wrapped, so each step costs nothing more.
+        return call_naming_layer(self, self._layer_forward, inp, hx)
+
+    def _layer_forward(self, inp: Any, hx: Optional[Tensor]) -> Tuple[Any, Any]:
         self._check_input(inp)
         self._check_state(inp, hx, "hx")
         hx = _state_values(hx)
@@ -244,6 +250,13 @@ class QuantLSTM(QuantRecurrentStackBase):
     ) -> Tuple[Any, Tuple[Any, Any]]:
         """forward(inp, hx, cx) as Brevitas's QuantLSTM, or forward(inp, (hx, cx)) as
         nn.LSTM (so that a model written for nn.LSTM runs with this layer in its place)."""
+        # An error names the stack (which does not script: no TorchScript path to keep apart);
+        # the time loop inside it is not wrapped, so each step costs nothing more.
+        return call_naming_layer(self, self._layer_forward, inp, hx, cx)
+
+    def _layer_forward(
+        self, inp: Any, hx: Optional[Any], cx: Optional[Tensor]
+    ) -> Tuple[Any, Tuple[Any, Any]]:
         # (an IntQuantTensor is a NamedTuple too: a quantized hx is one state, not a pair)
         if isinstance(hx, (tuple, list)) and not isinstance(hx, QuantTensor):
             if cx is not None or len(hx) != 2:

@@ -23,6 +23,7 @@ from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Uint8ActPerTensorFloat
 from brevitas_cpp.quant_tensor import QuantTensor, _unpack_quant_tensor
 
+from ._error_context import call_naming_layer
 from .mixin.utils import is_brevitas_keyword
 from .quant_activation import QuantIdentity
 
@@ -62,6 +63,31 @@ class ScaledDotProductAttention(nn.Module):
         is_causal: bool = False,
         scale: Optional[float] = None,
         enable_gqa: bool = False,
+    ) -> Tensor:
+        # An error names the module (which does not script: no TorchScript path to keep apart).
+        return call_naming_layer(
+            self,
+            self._layer_forward,
+            query,
+            key,
+            value,
+            attn_mask,
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+        )
+
+    def _layer_forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Optional[Tensor],
+        dropout_p: float,
+        is_causal: bool,
+        scale: Optional[float],
+        enable_gqa: bool,
     ) -> Tensor:
         extra: Dict[str, Any] = {}
         if scale is not None:
@@ -137,6 +163,32 @@ class QuantScaledDotProductAttention(nn.Module):
         is_causal: bool = False,
         scale: Optional[float] = None,
         enable_gqa: bool = False,
+    ) -> Tensor:
+        # An error names the layer, or the QuantIdentity inside it that raised it (the layer
+        # does not script: no TorchScript path to keep apart).
+        return call_naming_layer(
+            self,
+            self._layer_forward,
+            query,
+            key,
+            value,
+            attn_mask,
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+        )
+
+    def _layer_forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Optional[Tensor],
+        dropout_p: float,
+        is_causal: bool,
+        scale: Optional[float],
+        enable_gqa: bool,
     ) -> Tensor:
         if is_causal and attn_mask is not None:
             raise ValueError(

@@ -13,6 +13,7 @@ from torch.nn import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 from torch.nn.functional import interpolate
 
 from brevitas_cpp.function import round_ste
+from brevitas_cpp.nn._error_context import call_naming_layer
 from brevitas_cpp.nn.mixin.base import QuantLayerMixin
 from brevitas_cpp.proxy.script import script_error
 from brevitas_cpp.quant_tensor import QuantTensor
@@ -72,6 +73,10 @@ class _QuantUpsampleBase(QuantLayerMixin):
         if torch.jit.is_scripting():
             # 'nearest' (checked by __prepare_scriptable__): copies values, as in eager mode.
             return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
+        # An error names the layer (TorchScript compiles no try statement: eager mode only).
+        return call_naming_layer(self, self._layer_forward, input)
+
+    def _layer_forward(self, input: Tensor):
         x = self.unpack_input(input)
         return self.pack_output(_upsample(self, x, round_to_grid=self.mode != "nearest"))
 

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 import brevitas_cpp.nn as qnn
 from brevitas_cpp.nn.mixin.base import QuantLayerConfigError
+from brevitas_cpp.quant_tensor import IntQuantTensor
 from brevitas_cpp.utils.torch_utils import StopFwdException
 
 # The op's words (which op quantizes is the quantizer's business: any brevitas_cpp op).
@@ -227,3 +228,148 @@ def test_scripted_model_still_scripts() -> None:
     ).eval()
     x = torch.randn(2, 8)
     assert torch.equal(torch.jit.script(model)(x), model(x))
+
+
+def test_embedding_error_names_the_layer() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Identity(), nn.Sequential(qnn.QuantEmbedding(5, 3)))
+    with torch.no_grad():
+        model[1][0].weight[0, 0] = float("nan")
+    error = _raised(lambda: model(torch.tensor([[0, 1]])), RuntimeError)
+    assert str(error).startswith("1.0 (QuantEmbedding): ")
+    assert SCALE_ERROR.search(str(error))
+    # The lookup's own error (an index past the table): IndexError, the layer in a note.
+    model = nn.Sequential(qnn.QuantEmbedding(5, 3))
+    error = _raised(lambda: model(torch.tensor([[7]])), IndexError)
+    assert error.__notes__ == ["raised in quant layer 0 (QuantEmbedding)"]
+
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: qnn.QuantUpsample(scale_factor=2, mode="bilinear"), "QuantUpsample"),
+        (lambda: qnn.QuantUpsamplingBilinear2d(scale_factor=2), "QuantUpsamplingBilinear2d"),
+    ],
+)
+def test_upsample_error_names_the_layer(make: Any, name: str) -> None:
+    model = nn.Sequential(nn.Identity(), nn.Sequential(nn.Identity(), make()))
+    # A plain input where the interpolation is rounded to the input's scale.
+    error = _raised(lambda: model(torch.randn(1, 1, 2, 2)), TypeError)
+    assert str(error).startswith(f"1.1 ({name}): {name}: mode='bilinear' interpolates")
+
+
+def test_nearest_upsample_error_names_the_layer() -> None:
+    model = nn.Sequential(qnn.QuantUpsamplingNearest2d(scale_factor=2))
+    error = _raised(lambda: model(torch.randn(1, 1, 2, 2)), QuantLayerConfigError)
+    assert str(error).startswith("0 (QuantUpsamplingNearest2d): QuantLayer is not correctly")
+    model[0].return_quant_tensor = False
+    # torch's own error (a 1-D input), of a type that is not rebuilt: the layer in a note.
+    error = _raised(lambda: model(torch.randn(2)), NotImplementedError)
+    assert error.__notes__ == ["raised in quant layer 0 (QuantUpsamplingNearest2d)"]
+
+
+class _Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = qnn.QuantScaledDotProductAttention()
+        self.sdpa = qnn.ScaledDotProductAttention()
+
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Any = None, mask2: Any = None
+    ) -> Tensor:
+        return self.sdpa(self.attn(q, k, v, attn_mask=mask), k, v, mask2)
+
+
+class _Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = _Attention()
+
+    def forward(self, *args: Any) -> Tensor:
+        return self.enc(*args)
+
+
+def test_sdpa_errors_name_the_layer() -> None:
+    torch.manual_seed(0)
+    model = _Encoder()
+    q = torch.randn(1, 2, 3, 4)
+    # Its own check of its arguments (given by keyword), the layer called directly.
+    attn = model.enc.attn
+    error = _raised(lambda: attn(q, q, q, attn_mask=q[0, 0] > 0, is_causal=True), ValueError)
+    assert str(error).startswith(
+        "QuantScaledDotProductAttention: give either attn_mask or is_causal=True"
+    )
+    # A mask of the wrong shape: torch's error, named.
+    error = _raised(lambda: model(q, q, q, torch.zeros(3, 5)), RuntimeError)
+    assert str(error).startswith("enc.attn (QuantScaledDotProductAttention): ")
+    # A quantizer inside it names itself (the innermost quant layer).
+    bad = q.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    error = _raised(lambda: model(bad, q, q), RuntimeError)
+    assert str(error).startswith("enc.attn.q_scaled_quant (QuantIdentity): ")
+    assert SCALE_ERROR.search(str(error))
+    assert "QuantScaledDotProductAttention" not in str(error)
+    # The float module too.
+    error = _raised(lambda: model.enc.sdpa(q, torch.randn(1, 2, 3, 5), q), RuntimeError)
+    assert str(error).startswith("ScaledDotProductAttention: ")
+    error = _raised(lambda: model(q, q, q, None, torch.zeros(3, 5)), RuntimeError)
+    assert str(error).startswith("enc.sdpa (ScaledDotProductAttention): ")
+
+
+def test_sdpa_keyword_arguments_are_passed_through() -> None:
+    torch.manual_seed(0)
+    attn = qnn.QuantScaledDotProductAttention().eval()
+    q, k, v = torch.randn(3, 1, 2, 3, 4).unbind(0)
+    mask = torch.randn(3, 3)
+    expected = attn(q, k, v, mask, 0.0, False, 0.5, False)
+    assert torch.equal(
+        attn(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False, scale=0.5), expected
+    )
+    assert torch.equal(attn(query=q, key=k, value=v, attn_mask=mask, scale=0.5), expected)
+
+
+@pytest.mark.parametrize("cls", [qnn.QuantRNN, qnn.QuantLSTM])
+def test_recurrent_stack_error_names_the_stack(cls: Any) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Identity(), nn.Sequential(cls(3, 4)))
+    x = torch.randn(2, 1, 3)
+    model(x)
+    error = _raised(lambda: model(torch.randn(2, 3)), ValueError)
+    assert str(error).startswith(f"1.0 ({cls.__name__}): {cls.__name__}: input must have shape")
+    # A NaN weight: its quantizer fails inside the stack.
+    stack = model[1][0]
+    for name, p in stack.layers[0][0].named_parameters():
+        if name.endswith("input_weight.weight"):
+            with torch.no_grad():
+                p[0, 0] = float("nan")
+    error = _raised(lambda: model(x), RuntimeError)
+    assert str(error).startswith(f"1.0 ({cls.__name__}): ")
+    assert SCALE_ERROR.search(str(error))
+    # The initial state given by keyword (as nn.LSTM takes it too) still reaches the stack.
+    state = torch.zeros(1, 1, 4)
+
+    def fresh() -> nn.Module:
+        torch.manual_seed(0)
+        return cls(3, 4)
+
+    if cls is qnn.QuantRNN:
+        torch.testing.assert_close(fresh()(x, hx=state), fresh()(x, state))
+    else:
+        expected = fresh()(x, state, state)
+        torch.testing.assert_close(fresh()(x, hx=state, cx=state), expected)
+        torch.testing.assert_close(fresh()(x, hx=(state, state)), expected)
+        error = _raised(lambda: stack(x, hx=(state, state), cx=state), TypeError)
+        assert str(error).startswith("QuantLSTM: the initial state is given either")
+
+
+def test_hadamard_classifier_error_names_the_layer() -> None:
+    model = nn.Sequential(nn.Identity(), qnn.HadamardClassifier(5, 3, return_quant_tensor=True))
+    x = IntQuantTensor(torch.ones(1, 5), 1.0, 1.0, 8.0, False, False)  # zero point 1
+    error = _raised(lambda: model(x), RuntimeError)
+    assert str(error) == (
+        "1 (HadamardClassifier): Computing zero point of output accumulator not supported yet."
+    )
+    # The scripted layer still runs its body directly.
+    layer = qnn.HadamardClassifier(5, 3)
+    x = torch.randn(2, 5)
+    assert torch.equal(torch.jit.script(layer)(x), layer(x))

@@ -180,15 +180,19 @@ class RescalingIntQuant(PlannedQuant):
     @jit.script_method
     def forward_after_relu(self, x: Tensor) -> QuantBlockOutput:
         """forward(torch.relu(x)): the plan's op takes the ReLU too where it takes the call."""
+        # Where the plan does not take this call, forward's check would not take it either (the
+        # plan's conditions do not read the ReLU): the chain runs at once.
         if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
             if plan_applies(self):
                 out = self.plan_forward(x, True)
                 if out is not None:
                     return out
+                return self.chain_forward(torch.relu(x))
         elif self.plan_act or self.plan_stats:  # constants: compiled only for an activation plan
             out = self.plan_forward(x, True)
             if out is not None:
                 return out
+            return self.chain_forward(torch.relu(x))
         return self.forward(torch.relu(x))
 
     @jit.script_method
@@ -202,6 +206,11 @@ class RescalingIntQuant(PlannedQuant):
             out = self.plan_forward(x, False)
             if out is not None:
                 return out
+        return self.chain_forward(x)
+
+    @jit.script_method
+    def chain_forward(self, x: Tensor) -> QuantBlockOutput:
+        """Brevitas's composition of the blocks: what forward computes where no plan takes x."""
         bit_width = self.msb_clamp_bit_width_impl()
         scale = self.scaling_impl(x, self.int_threshold(bit_width))
         zero_point = self.zero_point_impl(x, scale, bit_width)

@@ -92,7 +92,6 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BREVITAS_PYTHON = "/tmp/brevenv/bin/python"
 MODELS = ("cnn", "resnet")
 # Issue 16's targets: learned-scale step and statistics-phase step over float's, Brevitas's step
@@ -110,11 +109,9 @@ def import_qnn(lib):
     if lib == "float":
         return None
     if lib == "ours":
-        if sys.path[0] != REPO:
-            sys.path.insert(0, REPO)  # benchmark the checkout, not an older installed copy
-        import brevitas_cpp.nn as qnn
+        from _checkout import import_brevitas_cpp_nn
 
-        return qnn
+        return import_brevitas_cpp_nn()
     import torch
 
     if not hasattr(torch.Tensor, "rename"):

@@ -46,8 +46,9 @@ def build(lib: str, kind: str):
     if lib == "float":
         return torch.nn.LSTM(INPUT, HIDDEN) if kind == "lstm" else torch.nn.RNN(INPUT, HIDDEN)
     if lib == "ours":
-        sys.path.insert(0, REPO)  # the checkout, not an installed copy
-        import brevitas_cpp.nn as qnn
+        from _checkout import import_brevitas_cpp_nn
+
+        qnn = import_brevitas_cpp_nn()
     else:
         if not hasattr(torch.Tensor, "rename"):
             # Brevitas 0.12 strips tensor names with rename(None); a no-op for unnamed inputs.

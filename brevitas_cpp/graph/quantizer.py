@@ -354,8 +354,17 @@ def _bit_width_or_none(value: Any, what: str) -> Optional[int]:
     return None if value is None else check_bit_width(value, what)
 
 
-# Leaves that compute nothing a quantizer would change: not reported as left in float.
-_NOTHING_TO_QUANTIZE = (nn.Identity, nn.Flatten, nn.Unflatten, nn.modules.dropout._DropoutNd)
+# Leaves that compute nothing a quantizer would change: not reported as left in float. An empty
+# container is one too (shufflenet's stride-1 branch is an empty Sequential: the identity).
+_NOTHING_TO_QUANTIZE = (
+    nn.Identity,
+    nn.Flatten,
+    nn.Unflatten,
+    nn.modules.dropout._DropoutNd,
+    nn.Sequential,
+    nn.ModuleList,
+    nn.ModuleDict,
+)
 
 
 def _unmapped_leaves(model: nn.Module, factory: ReplacementFactory) -> Dict[str, List[str]]:

@@ -491,6 +491,7 @@ def test_statistics_and_report_say_what_stayed_float_and_why(caplog):
             pool=nn.MaxPool2d(2),
             drop=nn.Dropout(),
             flat=nn.Flatten(),
+            branch=nn.Sequential(),  # empty: the identity
             norm=nn.LayerNorm(4),
             scale=Scale(),
             fc=nn.Linear(4, 2),
@@ -506,7 +507,7 @@ def test_statistics_and_report_say_what_stayed_float_and_why(caplog):
         "fc": "in ignored_scopes",
         "act": "override 'act' is null",
     }
-    # Dropout and Flatten compute nothing to quantize, so they are not reported.
+    # Dropout, Flatten and an empty Sequential compute nothing to quantize: not reported.
     assert stats["unmapped"] == {
         "BatchNorm2d": ["bn"],
         "MaxPool2d": ["pool"],

@@ -116,13 +116,17 @@ def _name_batch(proto: Any, dynamic_batch: bool) -> None:
 _SKIPPED_REWRITES = ("FuseBatchNorm", "FuseMinMaxToClip", "FuseMaxMinToClip")
 
 
+# A temporary QuantizeLinear attribute, removed before the file is written (see _optimize).
+_CALL_ATTRIBUTE = "brevitas_cpp_call"
+
+
 def _optimize(model: Any) -> None:
     """onnxscript's optimizer as torch.onnx.export(optimize=True) runs it (constants folded and
     lifted to initializers, shape computations simplified, unused and repeated nodes removed),
     less the rewrites that compute differently from PyTorch (a BatchNorm folded into the layer
     before it moves the values a quantizer rounds) and the Max/Min to Clip fusion (the float
     clip before a 16-bit QuantizeLinear stays as written). The quantizer nodes are never
-    folded."""
+    folded, nor merged with each other."""
     import onnx_ir as ir
     import onnx_ir.passes.common as common
     from onnxscript import rewriter
@@ -159,10 +163,20 @@ def _optimize(model: Any) -> None:
         common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         common.LiftSubgraphInitializersToMainGraphPass(),
         common.DeduplicateInitializersPass(),
+    )(model)
+    # Each quantizer call keeps its own QuantizeLinear, which the check compares with PyTorch's
+    # call: two calls on one tensor (a self-attention's query, key and value) would otherwise
+    # be merged. A distinct attribute for the merge pass only keeps them apart.
+    quantize_nodes = [node for node in model.graph if node.op_type == "QuantizeLinear"]
+    for call, node in enumerate(quantize_nodes):
+        node.attributes[_CALL_ATTRIBUTE] = ir.AttrInt64(_CALL_ATTRIBUTE, call)
+    ir.passes.Sequential(
         common.CommonSubexpressionEliminationPass(),
         common.OutputFixPass(),
         common.NameFixPass(),
     )(model)
+    for node in quantize_nodes:
+        del node.attributes[_CALL_ATTRIBUTE]
 
 
 def _describe_failure(program: ExportedProgram, error: Exception) -> str:

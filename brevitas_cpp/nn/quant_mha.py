@@ -27,6 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.nn.init import constant_, xavier_normal_, xavier_uniform_
 
 from brevitas_cpp.proxy.materialize import apply_keeping_ties, reset_quantizers
@@ -75,8 +76,16 @@ def _route(kwargs: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return routed
 
 
-def _data_ptr(t: Any) -> int:
-    return _unpack_quant_tensor(t).data_ptr()
+def _same_tensor(a: Any, b: Any) -> bool:
+    """Whether a and b (tensors or QuantTensors) are one tensor: the same object, or in eager
+    mode the same data (Brevitas compares data pointers). Traced tensors (torch.export,
+    torch.compile) have no data pointer: there the object alone decides."""
+    a, b = _unpack_quant_tensor(a), _unpack_quant_tensor(b)
+    if a is b:
+        return True
+    if torch.compiler.is_compiling() or is_fake(a) or is_fake(b):
+        return False
+    return a.data_ptr() == b.data_ptr()
 
 
 class QuantMultiheadAttention(nn.Module):
@@ -294,7 +303,7 @@ class QuantMultiheadAttention(nn.Module):
 
     def _project(self, query: Any, key: Any, value: Any) -> Tuple[Tensor, Tensor, Tensor]:
         if self.in_proj is not None:
-            if not _data_ptr(query) == _data_ptr(key) == _data_ptr(value):
+            if not (_same_tensor(query, key) and _same_tensor(key, value)):
                 raise RuntimeError(
                     "QuantMultiheadAttention: the packed in_proj (packed_in_proj=True, the "
                     "default) serves self-attention only, with query, key and value the same "

@@ -7,6 +7,7 @@ import pytest
 import torch
 from export_models import DigitsCNN, calibrate, digits_cnn, images, quantized_resnet
 
+import brevitas_cpp.nn as qnn
 import brevitas_cpp.quant as bq
 from brevitas_cpp.export import check_onnx_qcdq, export_onnx_qcdq
 
@@ -82,3 +83,34 @@ def test_optimized_onnxruntime_is_reported(tmp_path):
     assert optimized.as_dict()["int_mismatches"] == optimized.int_mismatches
     with pytest.raises(ValueError, match="optimization"):
         check_onnx_qcdq(model, path, images(2, seed=2), optimization="fast")
+
+
+class SelfAttention(torch.nn.Module):
+    def __init__(self, packed_in_proj: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = qnn.QuantMultiheadAttention(
+            8, 2, batch_first=True, packed_in_proj=packed_in_proj
+        )
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("packed_in_proj", [True, False], ids=["packed", "separate"])
+def test_self_attention_exports(packed_in_proj, tmp_path):
+    # torch.export traces the packed layer's check that query, key and value are one tensor.
+    # With separate projections their input quantizers see one tensor, learn one scale and
+    # write alike QuantizeLinear nodes, each kept (merged, the check would miss calls).
+    model = SelfAttention(packed_in_proj)
+    x = torch.randn(2, 5, 8)
+    for _ in range(3):
+        model(x)
+    model.eval()
+    assert_agrees(model, x, torch.randn(4, 5, 8), tmp_path)
+    onnx = pytest.importorskip("onnx")
+    nodes = onnx.load(str(tmp_path / "model.onnx")).graph.node
+    quantize = [n for n in nodes if n.op_type == "QuantizeLinear"]
+    inputs = [n.input[0] for n in quantize]
+    assert (len(inputs) > len(set(inputs))) == (not packed_in_proj)
+    assert all(a.name != "brevitas_cpp_call" for n in quantize for a in n.attribute)

@@ -39,19 +39,10 @@ _PREFIXES = (
 )
 
 
-class ScaledDotProductAttention(nn.Module):
-    """F.scaled_dot_product_attention after optional pre-processing of q, k and v."""
-
-    def __init__(
-        self,
-        pre_process_q: Callable = identity,
-        pre_process_k: Callable = identity,
-        pre_process_v: Callable = identity,
-    ) -> None:
-        super().__init__()
-        self.pre_process_q = pre_process_q
-        self.pre_process_k = pre_process_k
-        self.pre_process_v = pre_process_v
+class _AttentionForward(nn.Module):
+    """The forward both modules share: F.scaled_dot_product_attention's arguments, computed by
+    the subclass's _layer_forward. An error names the module, or the quant layer inside it that
+    raised it (neither module scripts: no TorchScript path to keep apart)."""
 
     def forward(
         self,
@@ -64,7 +55,6 @@ class ScaledDotProductAttention(nn.Module):
         scale: Optional[float] = None,
         enable_gqa: bool = False,
     ) -> Tensor:
-        # An error names the module (which does not script: no TorchScript path to keep apart).
         return call_naming_layer(
             self,
             self._layer_forward,
@@ -77,6 +67,34 @@ class ScaledDotProductAttention(nn.Module):
             scale,
             enable_gqa,
         )
+
+    def _layer_forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Optional[Tensor],
+        dropout_p: float,
+        is_causal: bool,
+        scale: Optional[float],
+        enable_gqa: bool,
+    ) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not define _layer_forward")
+
+
+class ScaledDotProductAttention(_AttentionForward):
+    """F.scaled_dot_product_attention after optional pre-processing of q, k and v."""
+
+    def __init__(
+        self,
+        pre_process_q: Callable = identity,
+        pre_process_k: Callable = identity,
+        pre_process_v: Callable = identity,
+    ) -> None:
+        super().__init__()
+        self.pre_process_q = pre_process_q
+        self.pre_process_k = pre_process_k
+        self.pre_process_v = pre_process_v
 
     def _layer_forward(
         self,
@@ -105,7 +123,7 @@ class ScaledDotProductAttention(nn.Module):
         )
 
 
-class QuantScaledDotProductAttention(nn.Module):
+class QuantScaledDotProductAttention(_AttentionForward):
     """Brevitas's QuantScaledDotProductAttention (see the module docstring)."""
 
     def __init__(
@@ -151,32 +169,6 @@ class QuantScaledDotProductAttention(nn.Module):
             self,
             "its pre_process_q/k/v are Python callables",
             "Trace it (torch.jit.trace) or compile it (torch.compile) instead.",
-        )
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        attn_mask: Optional[Tensor] = None,
-        dropout_p: float = 0.0,
-        is_causal: bool = False,
-        scale: Optional[float] = None,
-        enable_gqa: bool = False,
-    ) -> Tensor:
-        # An error names the layer, or the QuantIdentity inside it that raised it (the layer
-        # does not script: no TorchScript path to keep apart).
-        return call_naming_layer(
-            self,
-            self._layer_forward,
-            query,
-            key,
-            value,
-            attn_mask,
-            dropout_p,
-            is_causal,
-            scale,
-            enable_gqa,
         )
 
     def _layer_forward(

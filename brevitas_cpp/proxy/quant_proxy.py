@@ -169,6 +169,13 @@ class QuantProxyFromInjector(
     Under torch.jit.script the subclasses' forward takes and returns plain tensors (see
     brevitas_cpp.proxy.script)."""
 
+    eager_only_attributes = (
+        "quant_injector",
+        "update_state_dict_impl",
+        "tracked_module_list",
+        "cache_class",
+    )
+
     def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
         if not (
             isinstance(quant_injector, type)

@@ -37,6 +37,7 @@ __all__ = [
     "QuantTuple",
     "ScriptableQuantModule",
     "as_quant_tuple",
+    "eager_only_attributes",
     "jit_unused_properties",
     "mark_properties_unused_by_jit",
     "quant_operand",
@@ -91,10 +92,21 @@ class ScriptableQuantModule:
 
 
 def mark_properties_unused_by_jit(cls: type) -> None:
-    """Keep torch.jit.script away from every property of cls (see the module docstring)."""
+    """Keep torch.jit.script away from every property of cls (see the module docstring), and
+    from the instance attributes its classes name in ``eager_only_attributes``."""
     names = jit_unused_properties(cls)
     for name in names:
         if name not in cls.__dict__:
             setattr(cls, name, inspect.getattr_static(cls, name))
     cls.__jit_unused_properties__ = names
-    cls.__jit_ignored_attributes__ = names
+    cls.__jit_ignored_attributes__ = names + sorted(eager_only_attributes(cls))
+
+
+def eager_only_attributes(cls: type) -> List[str]:
+    """The ``eager_only_attributes`` of cls and its bases: instance attributes holding Python
+    state (an injector, a class) that compiled code never reads. TorchScript would otherwise try
+    to compile each one's type for every module instance, and fail (about 5 ms each)."""
+    found = set()
+    for base in cls.__mro__:
+        found.update(base.__dict__.get("eager_only_attributes", ()))
+    return sorted(found)

@@ -325,3 +325,20 @@ def test_cpp_fixture_is_written_and_loads_back(tmp_path):
         "expected.pt",
         "model.pt",
     ]
+
+
+def test_scripting_compiles_no_python_state_of_the_proxies(monkeypatch):
+    # A proxy's injector is Python state that compiled code never reads. TorchScript tried to
+    # compile its class for every proxy and failed, a third of scripting a ResNet-18.
+    import torch.jit._script as jit_script
+
+    compiled = []
+    compile_class = jit_script._recursive_compile_class
+
+    def record(obj, loc):
+        compiled.append(getattr(obj, "__qualname__", repr(obj)))
+        return compile_class(obj, loc)
+
+    monkeypatch.setattr(jit_script, "_recursive_compile_class", record)
+    torch.jit.script(SmallQuantCNN())
+    assert compiled == []

@@ -359,7 +359,6 @@ UNSUPPORTED: Dict[str, Tuple[str, Dict[str, str]]] = {
     "graph.quantize": (
         QUANTIZE,
         _names(
-            classes="functional_quantization_mode",
             functions="LayerMapValueType align_input_quant layerwise_quantize preprocess_for_quantize quantize",
             values="COMPUTE_LAYER_MAP LAYERWISE_COMPUTE_LAYER_MAP QUANT_ACT_MAP QUANT_IDENTITY_MAP UNSIGNED_ACT_TUPLE",
         ),

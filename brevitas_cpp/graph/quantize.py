@@ -6,6 +6,9 @@ arguments, inserts the quantizers its ``insertions`` list (each ``{"scope": ...,
 them), with ``functional_activations: true`` also an output quantizer at every functional
 activation of the model's own code (graph.functional), and returns the model and its
 QuantizationController.
+
+``functional_quantization_mode`` (graph.functional_mode) is Brevitas's: a model's calls of a
+function (F.scaled_dot_product_attention) routed to a child module while it is on.
 """
 
 import pathlib
@@ -18,10 +21,11 @@ from brevitas_cpp.core._checks import checked_bool
 from brevitas_cpp.graph.config import load_config, resolve_quantizers
 from brevitas_cpp.graph.controller import QuantizationController
 from brevitas_cpp.graph.functional import quantize_functional_activations
+from brevitas_cpp.graph.functional_mode import functional_quantization_mode
 from brevitas_cpp.graph.insertion import QuantizerInsertion
 from brevitas_cpp.graph.quantizer import Quantizer
 
-__all__ = ["quantize_model"]
+__all__ = ["functional_quantization_mode", "quantize_model"]
 
 
 def _insertion_kwargs(entry: Mapping[str, Any], index: int) -> Dict[str, Any]:

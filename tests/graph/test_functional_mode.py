@@ -1,0 +1,152 @@
+"""functional_quantization_mode (Brevitas's brevitas.graph.quantize name): a model's calls of
+F.scaled_dot_product_attention routed to one child module while the mode is on, checked against
+hand-built models that call the module themselves."""
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from brevitas_cpp.graph.quantize import functional_quantization_mode
+from brevitas_cpp.nn import QuantScaledDotProductAttention, ScaledDotProductAttention
+
+SDPA_NAME = str(F.scaled_dot_product_attention)
+
+
+class TwoAttentionLayers(nn.Module):
+    """Two self-attention layers, each calling F.scaled_dot_product_attention; with sdpa given,
+    the hand-built equivalent that calls that module instead (the mode's routing, written out)."""
+
+    def __init__(self, sdpa=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = nn.ModuleList(nn.Linear(8, 24) for _ in range(2))
+        if sdpa is not None:
+            self.sdpa = sdpa
+
+    def forward(self, x):
+        for qkv in self.qkv:
+            q, k, v = qkv(x).view(2, 5, 3, 2, 4).permute(2, 0, 3, 1, 4)
+            attend = self.sdpa if "sdpa" in self._modules else F.scaled_dot_product_attention
+            x = x + attend(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 5, 8)
+        return x
+
+
+def _input():
+    return torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1))
+
+
+def test_the_mode_adds_one_child_named_after_the_function_and_routes_every_call_to_it():
+    model, x = TwoAttentionLayers(), _input()
+    expected = model(x)
+    with functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+    ):
+        child = getattr(model, SDPA_NAME)
+        calls = []
+        child.register_forward_hook(lambda *_: calls.append(1))
+        got = model(x)
+    assert isinstance(child, ScaledDotProductAttention)
+    assert SDPA_NAME in dict(model.named_children())
+    assert len(calls) == 2
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_a_replaced_child_quantizes_every_call_like_the_hand_built_model():
+    x = _input()
+    model = TwoAttentionLayers()
+    mode = functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+    )
+    torch.manual_seed(2)
+    setattr(model, SDPA_NAME, QuantScaledDotProductAttention())  # what a replacement factory does
+    torch.manual_seed(2)
+    reference = TwoAttentionLayers(QuantScaledDotProductAttention())
+    for step in range(3):  # statistics steps, then learned scales
+        with mode:
+            got = model(x)
+        expected = reference(x)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"step {step}")
+    quant = getattr(model, SDPA_NAME)
+    assert not torch.equal(got, TwoAttentionLayers()(x))  # quantized, not the float function
+    assert quant.training
+
+
+def test_disabled_the_mode_adds_the_child_and_routes_nothing():
+    model, x = TwoAttentionLayers(), _input()
+    expected = model(x)
+    with functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}, enabled=False
+    ):
+        setattr(model, SDPA_NAME, QuantScaledDotProductAttention())
+        got = model(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_an_existing_child_is_kept():
+    model = TwoAttentionLayers()
+    quant = QuantScaledDotProductAttention()
+    model.add_module(SDPA_NAME, quant)
+    with functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+    ):
+        model(_input())
+    assert getattr(model, SDPA_NAME) is quant
+
+
+def test_a_mode_that_routed_nothing_raises_on_exit_naming_the_function():
+    model = nn.Linear(8, 8)
+    with pytest.raises(RuntimeError, match="no call of .*scaled_dot_product_attention"):
+        with functional_quantization_mode(
+            model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+        ):
+            model(torch.randn(2, 8))
+
+
+def test_an_error_inside_the_mode_is_not_replaced_by_the_exit_check():
+    model = nn.Linear(8, 8)
+    with pytest.raises(ValueError, match="the body's own"):
+        with functional_quantization_mode(
+            model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+        ):
+            raise ValueError("the body's own error")
+
+
+@pytest.mark.parametrize(
+    "quant_map, match",
+    [
+        ({}, "quant_map must map functions"),
+        ([(F.scaled_dot_product_attention, ScaledDotProductAttention)], "quant_map must map"),
+        ({"sdpa": ScaledDotProductAttention}, "is not a function"),
+        (
+            {F.scaled_dot_product_attention: ScaledDotProductAttention()},
+            "must be an nn.Module class",
+        ),
+        ({F.scaled_dot_product_attention: dict}, "must be an nn.Module class"),
+    ],
+)
+def test_a_bad_map_raises_naming_it(quant_map, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        functional_quantization_mode(nn.Linear(2, 2), quant_map)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_transformers_gpt2_attention_calls_are_routed():
+    from zoo_models import torchvision_models
+
+    if importlib.util.find_spec("torchvision") is not None:
+        torchvision_models()  # transformers imports torchvision, which may not load (zoo_models)
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=16, n_positions=8)
+    model = GPT2Model(config).eval()
+    ids = torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(0))
+    with functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+    ):
+        calls = []
+        getattr(model, SDPA_NAME).register_forward_hook(lambda *_: calls.append(1))
+        model(input_ids=ids)
+    assert len(calls) == config.n_layer

@@ -3,7 +3,8 @@
 ``functional_quantization_mode(model, {F.scaled_dot_product_attention: ScaledDotProductAttention})``
 adds one module per mapped function to the model (a child named ``str(function)``, unless the
 model has that attribute already), and while the mode is on every call of the function, from
-any code, runs that child instead, with the call's arguments. After ``Quantizer`` (or a
+any code, runs that child instead, with the call's arguments (Brevitas routes any function
+whose name the model has as an attribute; here the mapped functions). After ``Quantizer`` (or a
 replacement factory) has replaced the child by its quant counterpart, the same mode makes the
 model's attention calls quantized ones, as Brevitas's LLM flow does. As in Brevitas, one child
 serves every call of its function: the calls of all layers share its quantizers.
@@ -59,21 +60,25 @@ class functional_quantization_mode(TorchFunctionMode):  # noqa: N801 (Brevitas's
         for function, module_class in self.quant_map.items():
             if not hasattr(model, str(function)):
                 model.add_module(str(function), module_class())
-        self._routed: Dict[str, int] = {}
+        # Looked up by the function, not by getattr(model, str(func)) on every torch call as
+        # Brevitas does: torch.compile can not trace an attribute name with dots in it.
+        self._names: Dict[Callable[..., Any], str] = {f: str(f) for f in self.quant_map}
+        self._routed = False
 
     def __enter__(self) -> "functional_quantization_mode":
-        self._routed = {}
+        self._routed = False
         return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        name = self._names.get(func) if self.enabled else None
         module: Optional[nn.Module] = None
-        if self.enabled:
-            module = getattr(self.model, str(func), None)
+        if name is not None:
+            module = self.model._modules.get(name)
         if module is None:
             return func(*args, **kwargs)
         # The mode is off inside its own handler, so the module's own call of func is plain.
-        self._routed[str(func)] = self._routed.get(str(func), 0) + 1
+        self._routed = True
         return module(*args, **kwargs)
 
     def __exit__(self, exc_type, exc_value, traceback) -> None:

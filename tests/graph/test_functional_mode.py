@@ -150,3 +150,20 @@ def test_transformers_gpt2_attention_calls_are_routed():
         getattr(model, SDPA_NAME).register_forward_hook(lambda *_: calls.append(1))
         model(input_ids=ids)
     assert len(calls) == config.n_layer
+
+
+def test_a_compiled_model_under_the_mode_equals_eager_mode():
+    # Brevitas looks up getattr(model, str(func)) for every call: dynamo can not trace an
+    # attribute name holding dots ("<method 'size' of 'torch._C.TensorBase' objects>").
+    model, x = TwoAttentionLayers(), _input()
+    mode = functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+    )
+    setattr(model, SDPA_NAME, QuantScaledDotProductAttention())
+    with mode:
+        model(x)  # one statistics step
+    model.eval()
+    with torch.no_grad(), mode:
+        expected = model(x)
+        got = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)

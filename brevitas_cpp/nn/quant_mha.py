@@ -17,12 +17,16 @@ quantizer); a keyword with none of them is an error. Masks, ``need_weights``,
 ``average_attn_weights``, ``batch_first``, ``add_bias_kv``, ``add_zero_attn``, dropout and
 unbatched inputs behave as in nn.MultiheadAttention. A float nn.MultiheadAttention state_dict
 loads directly (``in_proj_weight`` and ``in_proj_bias`` split into q/k/v when unpacked).
+
+One forward serves eager mode, torch.compile and torch.jit.script: it is written in what
+TorchScript compiles (plain Tensors, shapes as lists), and the eager-only steps (QuantTensor
+inputs, data pointers, naming the layer in errors) sit behind ``torch.jit.is_scripting()``.
 """
 
 import math
 import warnings
 from functools import partial
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +35,7 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.nn.init import constant_, xavier_normal_, xavier_uniform_
 
 from brevitas_cpp.proxy.materialize import apply_keeping_ties, reset_quantizers
-from brevitas_cpp.proxy.script import script_error
+from brevitas_cpp.proxy.script import ScriptableQuantModule
 from brevitas_cpp.quant import (
     Int8ActPerTensorFloat,
     Int8WeightPerTensorFloat,
@@ -76,10 +80,20 @@ def _route(kwargs: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return routed
 
 
-def _same_tensor(a: Any, b: Any) -> bool:
+def _plain(t: Tensor) -> Tensor:
+    """t's value: in eager mode a QuantTensor input's (between scripted layers inputs are plain)."""
+    if torch.jit.is_scripting():
+        return t
+    return _unpack_quant_tensor(t)
+
+
+def _same_tensor(a: Tensor, b: Tensor) -> bool:
     """Whether a and b (tensors or QuantTensors) are one tensor: the same object, or in eager
     mode the same data (Brevitas compares data pointers). Traced tensors (torch.export,
-    torch.compile) have no data pointer: there the object alone decides."""
+    torch.compile) have no data pointer: there the object alone decides. TorchScript has no
+    data_ptr: there the same storage, offset, sizes and strides (``is_set_to``) decide."""
+    if torch.jit.is_scripting():
+        return a is b or a.is_set_to(b)
     a, b = _unpack_quant_tensor(a), _unpack_quant_tensor(b)
     if a is b:
         return True
@@ -88,8 +102,16 @@ def _same_tensor(a: Any, b: Any) -> bool:
     return a.data_ptr() == b.data_ptr()
 
 
-class QuantMultiheadAttention(nn.Module):
-    """Brevitas's QuantMultiheadAttention (see the module docstring)."""
+def _shape_text(shape: List[int]) -> str:
+    """shape as Python prints a tuple, "(5, 4)", in eager mode and TorchScript alike."""
+    if len(shape) == 1:
+        return f"({shape[0]},)"
+    return "(" + ", ".join([str(size) for size in shape]) + ")"
+
+
+class QuantMultiheadAttention(ScriptableQuantModule, nn.Module):
+    """Brevitas's QuantMultiheadAttention (see the module docstring). ScriptableQuantModule keeps
+    TorchScript away from its properties (in_proj_bias, which scripted code does not read)."""
 
     # The keyword prefixes of its quantized parts (as QuantRNN's and QuantLSTM's _prefixes).
     _prefixes = _PREFIXES
@@ -192,14 +214,6 @@ class QuantMultiheadAttention(nn.Module):
         self.add_zero_attn = add_zero_attn
         self._reset_parameters()
 
-    def __prepare_scriptable__(self) -> "QuantMultiheadAttention":
-        raise script_error(
-            self,
-            "its forward dispatches on Python state (masks of several kinds, packed or separate "
-            "projections, QuantTensor outputs)",
-            "Trace it (torch.jit.trace) or compile it (torch.compile) instead.",
-        )
-
     def _apply(self, fn, recurse=True):
         # A quantizer reads the layer's weight as a parameter of its own (the same object):
         # moving to or from 'meta' must leave it so (brevitas_cpp.proxy.materialize).
@@ -231,35 +245,35 @@ class QuantMultiheadAttention(nn.Module):
             xavier_normal_(self.bias_v)
 
     # ---- inputs ----
+    # Written in what TorchScript compiles: shapes compared as lists, messages without
+    # conversions (under TorchScript a dtype prints as its number).
 
     def _check_inputs(
         self,
-        query: Any,
-        key: Any,
-        value: Any,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
         key_padding_mask: Optional[Tensor],
         attn_mask: Optional[Tensor],
     ) -> bool:
         """Whether the inputs are batched; errors name the argument at fault."""
-        dims = {
-            n: _unpack_quant_tensor(t).dim()
-            for n, t in (("query", query), ("key", key), ("value", value))
-        }
-        if dims["query"] not in (2, 3):
+        query_dim, key_dim, value_dim = _plain(query).dim(), _plain(key).dim(), _plain(value).dim()
+        if query_dim not in (2, 3):
             raise ValueError(
                 f"QuantMultiheadAttention: query must be unbatched 2-D or batched 3-D, got "
-                f"{dims['query']}-D"
+                f"{query_dim}-D"
             )
-        batched = dims["query"] == 3
-        if dims["key"] != dims["query"] or dims["value"] != dims["query"]:
+        batched = query_dim == 3
+        if key_dim != query_dim or value_dim != query_dim:
             raise ValueError(
-                f"QuantMultiheadAttention: key and value must be {dims['query']}-D like query, got "
-                f"{dims['key']}-D and {dims['value']}-D"
+                f"QuantMultiheadAttention: key and value must be {query_dim}-D like query, got "
+                f"{key_dim}-D and {value_dim}-D"
             )
-        if key_padding_mask is not None and key_padding_mask.dim() != (2 if batched else 1):
+        mask_dim = 2 if batched else 1
+        if key_padding_mask is not None and key_padding_mask.dim() != mask_dim:
             raise ValueError(
-                f"QuantMultiheadAttention: key_padding_mask must be {2 if batched else 1}-D for a "
-                f"{dims['query']}-D query, got {key_padding_mask.dim()}-D"
+                f"QuantMultiheadAttention: key_padding_mask must be {mask_dim}-D for a "
+                f"{query_dim}-D query, got {key_padding_mask.dim()}-D"
             )
         if key_padding_mask is not None and not (
             key_padding_mask.dtype == torch.bool or key_padding_mask.is_floating_point()
@@ -291,17 +305,20 @@ class QuantMultiheadAttention(nn.Module):
                 f"QuantMultiheadAttention: attn_mask must be float, byte or bool, got "
                 f"{attn_mask.dtype}"
             )
-        expected = (
-            (tgt_len, src_len) if attn_mask.dim() == 2 else (bsz * self.num_heads, tgt_len, src_len)
-        )
-        if tuple(attn_mask.shape) != expected:
+        if attn_mask.dim() == 2:
+            expected = [tgt_len, src_len]
+        else:
+            expected = [bsz * self.num_heads, tgt_len, src_len]
+        if list(attn_mask.shape) != expected:
             raise ValueError(
                 f"QuantMultiheadAttention: the {attn_mask.dim()}-D attn_mask must have shape "
-                f"{expected}, got {tuple(attn_mask.shape)}"
+                f"{_shape_text(expected)}, got {_shape_text(list(attn_mask.shape))}"
             )
         return attn_mask.unsqueeze(0) if attn_mask.dim() == 2 else attn_mask
 
-    def _project(self, query: Any, key: Any, value: Any) -> Tuple[Tensor, Tensor, Tensor]:
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        # TorchScript resolves a submodule's None check statically: only the branch of the
+        # layer's own projections is compiled.
         if self.in_proj is not None:
             if not (_same_tensor(query, key) and _same_tensor(key, value)):
                 raise RuntimeError(
@@ -310,8 +327,9 @@ class QuantMultiheadAttention(nn.Module):
                     "tensor; build the layer with packed_in_proj=False for distinct inputs"
                 )
             q, k, v = self.in_proj(query).chunk(3, dim=-1)
-            return q, k, v
-        return self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        else:
+            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        return q, k, v
 
     @property
     def in_proj_bias(self) -> Optional[Tensor]:
@@ -325,6 +343,8 @@ class QuantMultiheadAttention(nn.Module):
 
     # ---- forward ----
 
+    # query, key, value and the output: Tensors, or in eager mode QuantTensors (annotated as
+    # what TorchScript accepts).
     def forward(
         self,
         query: Tensor,
@@ -335,9 +355,20 @@ class QuantMultiheadAttention(nn.Module):
         attn_mask: Optional[Tensor] = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
-    ) -> Tuple[Any, Optional[Tensor]]:
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if torch.jit.is_scripting():
+            return self._layer_forward(
+                query,
+                key,
+                value,
+                key_padding_mask,
+                need_weights,
+                attn_mask,
+                average_attn_weights,
+                is_causal,
+            )
         # An error names the layer, or the QuantLinear/QuantIdentity inside it that raised it
-        # (the layer does not script: no TorchScript path to keep apart).
+        # (TorchScript compiles no try statement: eager mode only).
         return call_naming_layer(
             self,
             self._layer_forward,
@@ -361,8 +392,8 @@ class QuantMultiheadAttention(nn.Module):
         attn_mask: Optional[Tensor],
         average_attn_weights: bool,
         is_causal: bool,
-    ) -> Tuple[Any, Optional[Tensor]]:
-        if any(getattr(t, "is_nested", False) for t in (query, key, value)):
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if _plain(query).is_nested or _plain(key).is_nested or _plain(value).is_nested:
             raise RuntimeError("QuantMultiheadAttention: nested tensors are not supported")
         if is_causal and attn_mask is None:
             # As nn.MultiheadAttention: is_causal is a hint that attn_mask is the causal mask,
@@ -376,12 +407,18 @@ class QuantMultiheadAttention(nn.Module):
             # Transposed together, so that query is key is value still holds for the packed path.
             if key is value:
                 if query is key:
-                    query = key = value = query.transpose(1, 0)
+                    query = query.transpose(1, 0)
+                    key = query
+                    value = query
                 else:
-                    query, key = [t.transpose(1, 0) for t in (query, key)]
+                    query, key = query.transpose(1, 0), key.transpose(1, 0)
                     value = key
             else:
-                query, key, value = [t.transpose(1, 0) for t in (query, key, value)]
+                query, key, value = (
+                    query.transpose(1, 0),
+                    key.transpose(1, 0),
+                    value.transpose(1, 0),
+                )
         if not batched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
             if key_padding_mask is not None:
@@ -399,59 +436,64 @@ class QuantMultiheadAttention(nn.Module):
 
     def _attention(
         self,
-        query: Any,
-        key: Any,
-        value: Any,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
         key_padding_mask: Optional[Tensor],
         need_weights: bool,
         attn_mask: Optional[Tensor],
         average_attn_weights: bool,
-    ) -> Tuple[Any, Optional[Tensor]]:
-        tgt_len, bsz, embed_dim = query.shape
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        tgt_len, bsz, embed_dim = query.shape[0], query.shape[1], query.shape[2]
         src_len = key.shape[0]
         if embed_dim != self.embed_dim:
             raise ValueError(
                 f"QuantMultiheadAttention: query has {embed_dim} features, expected embed_dim="
                 f"{self.embed_dim}"
             )
-        if self.in_proj is not None and tuple(key.shape) != tuple(value.shape):
+        key_shape, value_shape = list(key.shape), list(value.shape)
+        if self.in_proj is not None and key_shape != value_shape:
             raise ValueError(
-                f"QuantMultiheadAttention: key shape {tuple(key.shape)} does not match value "
-                f"shape {tuple(value.shape)}"
+                f"QuantMultiheadAttention: key shape {_shape_text(key_shape)} does not match "
+                f"value shape {_shape_text(value_shape)}"
             )
-        if tuple(key.shape[:2]) != tuple(value.shape[:2]):
+        if key_shape[:2] != value_shape[:2]:
             raise ValueError(
-                f"QuantMultiheadAttention: key's sequence and batch dims {tuple(key.shape[:2])} "
-                f"do not match value's {tuple(value.shape[:2])}"
+                f"QuantMultiheadAttention: key's sequence and batch dims "
+                f"{_shape_text(key_shape[:2])} do not match value's {_shape_text(value_shape[:2])}"
             )
         heads, head_dim = self.num_heads, self.head_dim
         q, k, v = self._project(query, key, value)
         attn_mask = self._attn_mask(attn_mask, tgt_len, src_len, bsz)
-        if self.bias_k is not None and self.bias_v is not None:
-            k = torch.cat([k, self.bias_k.repeat(1, bsz, 1)])
-            v = torch.cat([v, self.bias_v.repeat(1, bsz, 1)])
+        bias_k, bias_v = self.bias_k, self.bias_v
+        if bias_k is not None and bias_v is not None:
+            k = torch.cat([k, bias_k.repeat(1, bsz, 1)])
+            v = torch.cat([v, bias_v.repeat(1, bsz, 1)])
             if attn_mask is not None:
-                attn_mask = F.pad(attn_mask, (0, 1))
+                attn_mask = F.pad(attn_mask, [0, 1])
             if key_padding_mask is not None:
-                key_padding_mask = F.pad(key_padding_mask, (0, 1))
-        # (batch * heads, seq, head_dim)
-        q = q.contiguous().view(tgt_len, bsz * heads, head_dim).transpose(0, 1)
-        k = k.contiguous().view(k.shape[0], bsz * heads, head_dim).transpose(0, 1)
-        v = v.contiguous().view(v.shape[0], bsz * heads, head_dim).transpose(0, 1)
+                key_padding_mask = F.pad(key_padding_mask, [0, 1])
+        # (batch * heads, seq, head_dim). reshape copies exactly where contiguous().view would;
+        # after a contiguous() TorchScript's autodiff took the linear into a subgraph whose
+        # derivative sums a transposed (batch_first) input in another order than eager autograd.
+        q = q.reshape(tgt_len, bsz * heads, head_dim).transpose(0, 1)
+        k = k.reshape(k.shape[0], bsz * heads, head_dim).transpose(0, 1)
+        v = v.reshape(v.shape[0], bsz * heads, head_dim).transpose(0, 1)
         if self.add_zero_attn:
-            zeros = (bsz * heads, 1, head_dim)
+            zeros = [bsz * heads, 1, head_dim]
             k = torch.cat([k, torch.zeros(zeros, dtype=k.dtype, device=k.device)], dim=1)
             v = torch.cat([v, torch.zeros(zeros, dtype=v.dtype, device=v.device)], dim=1)
             if attn_mask is not None:
-                attn_mask = F.pad(attn_mask, (0, 1))
+                attn_mask = F.pad(attn_mask, [0, 1])
             if key_padding_mask is not None:
-                key_padding_mask = F.pad(key_padding_mask, (0, 1))
+                key_padding_mask = F.pad(key_padding_mask, [0, 1])
         src_len = k.size(1)
         if key_padding_mask is not None:
-            if tuple(key_padding_mask.shape) != (bsz, src_len):
+            padding_shape = list(key_padding_mask.shape)
+            if padding_shape != [bsz, src_len]:
                 raise ValueError(
                     f"QuantMultiheadAttention: key_padding_mask must have shape (batch, source "
-                    f"length) = {(bsz, src_len)}, got {tuple(key_padding_mask.shape)}"
+                    f"length) = {_shape_text([bsz, src_len])}, got {_shape_text(padding_shape)}"
                 )
             key_padding_mask = (
                 key_padding_mask.view(bsz, 1, 1, src_len)
@@ -482,7 +524,7 @@ class QuantMultiheadAttention(nn.Module):
         out = self.out_proj(out)
         if not need_weights:
             return out, None
-        weights = _unpack_quant_tensor(weights).view(bsz, heads, tgt_len, src_len)
+        weights = _plain(weights).view(bsz, heads, tgt_len, src_len)
         if average_attn_weights:
             weights = weights.sum(dim=1) / heads
         return out, weights

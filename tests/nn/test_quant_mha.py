@@ -341,10 +341,8 @@ def test_bad_forward_input_names_the_argument() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
-def test_script_is_refused_clearly_and_trace_and_compile_work() -> None:
+def test_trace_and_compile_work() -> None:
     torch.manual_seed(3)
-    with pytest.raises(RuntimeError, match="torch.jit.script of QuantMultiheadAttention"):
-        torch.jit.script(qnn.QuantMultiheadAttention(8, 2))
     # The tracer hands the traced function copies of its inputs, so the packed in_proj (which
     # requires query, key and value to be one tensor, as in Brevitas) is traced unpacked.
     mha = qnn.QuantMultiheadAttention(8, 2, packed_in_proj=False)
@@ -359,3 +357,166 @@ def test_script_is_refused_clearly_and_trace_and_compile_work() -> None:
         compiled = torch.compile(mha, backend="aot_eager")(x, x, x)
     for a, b, c in zip(expected, got, compiled):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+# ---- torch.jit.script: the eager layer is the reference ----
+
+# Two statistics steps per activation quantizer: the steps below reach the learned scales.
+MHA_WARMUP = {
+    f"{prefix}collect_stats_steps": 2
+    for prefix in (
+        "in_proj_input_",
+        "out_proj_input_",
+        "attn_output_weights_",
+        "q_scaled_",
+        "k_transposed_",
+        "v_",
+    )
+}
+SCRIPT_STEPS = 4  # two warm-up steps, the switch to the learned scales, one learned step
+L, S, B, E = 4, 5, 2, 8  # target and source lengths, batch, embed_dim (2 heads)
+
+
+MASKS = torch.Generator().manual_seed(11)
+
+
+def _padding(dtype: torch.dtype) -> torch.Tensor:
+    mask = torch.zeros(B, S, dtype=torch.bool)
+    mask[1, 3:] = True
+    return mask if dtype == torch.bool else torch.zeros(B, S).masked_fill(mask, -math.inf)
+
+
+# name: (layer keywords, inputs: "self" one tensor, "kv" key is value, "cross" three tensors,
+# forward keywords). Each option of the layer is in at least one case; masks of each kind (bool,
+# float, byte; 2-D and per head 3-D).
+SCRIPT_CASES: Dict[str, Any] = {
+    # softmax_input_quant only without masks: a masked score is -inf, which it can not scale.
+    "packed-self-softmax-input-quant": (
+        dict(softmax_input_quant=qquant.Int8ActPerTensorFloat, softmax_input_collect_stats_steps=2),
+        "self",
+        {},
+    ),
+    "packed-batch-first-masks-per-head": (
+        dict(batch_first=True),
+        "self",
+        dict(
+            key_padding_mask=_padding(torch.bool),
+            attn_mask=torch.randn(S, S, generator=MASKS),
+            average_attn_weights=False,
+        ),
+    ),
+    "split-kdim-vdim-no-weights": (
+        dict(kdim=6, vdim=5),
+        "cross",
+        dict(attn_mask=torch.rand(B * 2, L, S, generator=MASKS) > 0.7, need_weights=False),
+    ),
+    "split-batch-first-bias-kv-zero-attn-dropout": (
+        dict(
+            batch_first=True,
+            packed_in_proj=False,
+            bias=False,
+            add_bias_kv=True,
+            add_zero_attn=True,
+            dropout=0.25,
+        ),
+        "kv",
+        dict(
+            key_padding_mask=_padding(torch.float32),
+            attn_mask=(torch.rand(L, S, generator=MASKS) > 0.8).to(torch.uint8),
+            is_causal=True,  # a hint only: the mask is what is applied
+        ),
+    ),
+}
+
+
+def _seeded_mha(layer_kwargs: Dict[str, Any]) -> nn.Module:
+    torch.manual_seed(SEED)
+    return qnn.QuantMultiheadAttention(E, 2, **layer_kwargs, **MHA_WARMUP).train()
+
+
+def _script_inputs(kind: str, batch_first: bool, kdim: int, vdim: int, seed: int) -> List[Any]:
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(length: int, width: int) -> torch.Tensor:
+        shape = (B, length, width) if batch_first else (length, B, width)
+        return torch.randn(*shape, generator=g)
+
+    if kind == "self":
+        x = draw(S, E)
+        return [x, x, x]
+    if kind == "kv":
+        kv = draw(S, E)
+        return [draw(L, E), kv, kv]
+    return [draw(L, E), draw(S, kdim), draw(S, vdim)]
+
+
+def _script_run(model: nn.Module, args: List[Any], kwargs: Dict[str, Any]) -> List[Any]:
+    """Outputs, input gradients and parameter gradients of one step."""
+    model.zero_grad(set_to_none=True)
+    args = leaves(args)
+    torch.manual_seed(7)  # the dropout draws
+    out, weights = model(*args, **kwargs)
+    probe = torch.linspace(-1.0, 1.0, out.numel()).view_as(out)
+    loss = (out * probe).sum() + (0.0 if weights is None else (weights * weights).sum())
+    loss.backward()
+    distinct = list({id(a): a for a in args}.values())
+    grads = [p.grad for p in model.parameters()]
+    return [out.detach(), weights, [a.grad for a in distinct], grads]
+
+
+def _assert_bitwise(expected: Any, got: Any, what: str) -> None:
+    if isinstance(expected, list):
+        assert len(got) == len(expected), what
+        for i, (e, g) in enumerate(zip(expected, got)):
+            _assert_bitwise(e, g, f"{what}.{i}")
+    elif expected is None:
+        assert got is None, what
+    else:
+        assert torch.equal(got, expected), what
+
+
+@pytest.mark.filterwarnings("ignore:Byte tensor for attn_mask")
+@pytest.mark.parametrize("name", list(SCRIPT_CASES))
+def test_scripted_layer_trains_and_evaluates_like_the_eager_one(name: str, tmp_path) -> None:
+    """Two layers built from one seed, one scripted (and saved and loaded back): at every
+    training step (warm-up, switch to the learned scales, learned scales) and in eval mode,
+    outputs, attention weights and gradients equal bit for bit."""
+    layer_kwargs, kind, call_kwargs = SCRIPT_CASES[name]
+    eager, scripted = (_seeded_mha(layer_kwargs) for _ in range(2))
+    torch.jit.save(torch.jit.script(scripted), tmp_path / "mha.pt")
+    scripted = torch.jit.load(tmp_path / "mha.pt")
+    steps = [torch.optim.SGD(m.parameters(), lr=0.05).step for m in (eager, scripted)]
+    batch_first = layer_kwargs.get("batch_first", False)
+    kdim, vdim = layer_kwargs.get("kdim", E), layer_kwargs.get("vdim", E)
+    for index in range(SCRIPT_STEPS + 1):
+        if index == SCRIPT_STEPS:
+            eager.eval()
+            scripted.eval()
+        args = _script_inputs(kind, batch_first, kdim, vdim, seed=index)
+        expected = _script_run(eager, args, call_kwargs)
+        _assert_bitwise(expected, _script_run(scripted, args, call_kwargs), f"{name} {index}")
+        for step in steps:
+            step()
+    if kind == "self" and not call_kwargs:  # unbatched self-attention, in eval mode
+        x = args[0][:, 0]
+        _assert_bitwise(list(eager(x, x, x)), list(scripted(x, x, x)), "unbatched")
+
+
+def test_scripted_packed_layer_needs_one_tensor() -> None:
+    """Under TorchScript query, key and value are one tensor when they are the same object or
+    share storage, offset, sizes and strides (TorchScript has no data pointer): a view as the
+    whole works, as in eager mode, and distinct data is refused as in eager mode."""
+    torch.manual_seed(3)
+    mha = qnn.QuantMultiheadAttention(8, 2).eval()
+    scripted = torch.jit.script(mha)
+    x = torch.randn(4, 2, 8)
+    with torch.no_grad():
+        expected = mha(x, x, x)
+        _assert_bitwise(list(expected), list(scripted(x, x[:], x.detach())), "views")
+        with pytest.raises(torch.jit.Error, match="packed_in_proj=False"):
+            scripted(x, x.clone(), x)
+
+
+def test_scripting_refuses_quant_tensor_outputs() -> None:
+    with pytest.raises(RuntimeError, match="torch.jit.script of QuantLinear.*return_quant_tensor"):
+        torch.jit.script(qnn.QuantMultiheadAttention(8, 2, return_quant_tensor=True))

@@ -19,6 +19,11 @@ python3 -m pip install -q -r requirements-dev.txt
 # The zoo test's model definitions (tests/zoo_models.py). --no-deps: its wheel pins another torch
 # (which would replace the CPU one); its C extension does not load beside this torch and is unused.
 python3 -m pip install -q --no-deps torchvision==0.28.0
+# transformers' models of the zoo: its own requirements (huggingface_hub, safetensors, tokenizers,
+# pyyaml, ...) pull no torch. timm's pin torch and torchvision, so --no-deps: the rest of what it
+# needs (pyyaml, huggingface_hub, safetensors) comes with transformers.
+python3 -m pip install -q transformers==5.24.0
+python3 -m pip install -q --no-deps timm==1.0.31
 # --no-build-isolation: build against the torch installed above (never a fresh download).
 # The C++ tests are on here (the test command runs them); a plain `pip install .` leaves them off.
 python3 -m pip install -q --no-build-isolation \

@@ -1,10 +1,12 @@
-"""The zoo of tests/export/test_zoo.py: torchvision's models, built without downloads, each taken
-through the stages a user takes a model through (issue 33).
+"""The zoo of tests/export/test_zoo.py: torchvision's, timm's and transformers' models, built
+without downloads, each taken through the stages a user takes a model through (issue 33).
 
 torchvision's wheel is built against its own torch release: beside the pinned CPU torch its C
 extension does not load, and importing the package fails while it registers Meta kernels for
 its missing ops. The model definitions need neither, so where the plain import fails the package
-is entered without its ``__init__`` (``_models_only``): only ``torchvision.models`` is used.
+is entered without its ``__init__`` (``_models_only``): only ``torchvision.models`` is used. timm
+and transformers import torchvision when it is installed, so that import comes first
+(``_import_beside_torchvision``). Neither is a dependency: their models are skipped without them.
 """
 
 import importlib
@@ -24,22 +26,112 @@ from torch import nn
 from brevitas_cpp.export import check_onnx_qcdq, export_onnx_qcdq
 from brevitas_cpp.graph import Quantizer
 
-# name: (the model from torchvision.models, input side). Small inputs and a batch of 4: the
-# stages, not the accuracy, are tested (a batch of 2 at 32x32 drives mobilenet_v2's float
-# BatchNorms, over 1x1 maps, to non-finite gradients in its second step).
-MODELS: Dict[str, Tuple[Callable[[types.ModuleType], nn.Module], int]] = {
-    "resnet18": (lambda tv: tv.resnet18(num_classes=10), 32),
+# A stage's outcome: passed, failed, or not applicable to the model (the float model cannot
+# take that step either).
+OK, FAIL, NOT_APPLICABLE = "ok", "FAIL", "n/a"
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    make: Callable[[], nn.Module]
+    example: Callable[[], torch.Tensor]  # a batch of 4; drawn after torch.manual_seed(0)
+    needs: Tuple[str, ...]  # the packages to be installed
+    # Why the float model does not script, when it does not: the script stage is then n/a
+    # (checked each run: the float model must still fail to script).
+    float_does_not_script: str = ""
+
+
+class NotApplicable(Exception):
+    """A stage the float model cannot take either."""
+
+
+def _images(side: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randn(4, 3, side, side)
+
+
+def _tokens(vocab: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randint(0, vocab, (4, 8))
+
+
+def _torchvision(make: Callable[[types.ModuleType], nn.Module], side: int) -> ZooModel:
+    return ZooModel(lambda: make(torchvision_models()), _images(side), ("torchvision",))
+
+
+def _timm(name: str, side: int) -> ZooModel:
+    def make() -> nn.Module:
+        timm = _import_beside_torchvision("timm")
+        return timm.create_model(name, pretrained=False, num_classes=10)
+
+    return ZooModel(make, _images(side), ("timm", "torchvision"))
+
+
+class Logits(nn.Module):
+    """A transformers model fed token ids, returning logits [batch, classes]: a language
+    model's at the last position (the next token's), a classifier's as they are."""
+
+    def __init__(self, model: nn.Module, last_position: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.last_position = last_position
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits = self.model(input_ids=ids).logits
+        return logits[:, -1] if self.last_position else logits
+
+
+# Small, so that the zoo stays quick; the vocabulary and the labels cover the train stage's
+# targets (0..3) and more.
+VOCAB = 32
+
+
+def _gpt2() -> nn.Module:
+    transformers = _import_beside_torchvision("transformers")
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=VOCAB,
+        n_positions=16,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return Logits(transformers.GPT2LMHeadModel(config), last_position=True)
+
+
+def _bert() -> nn.Module:
+    transformers = _import_beside_torchvision("transformers")
+    config = transformers.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=VOCAB,
+        max_position_embeddings=16,
+        num_labels=10,
+    )
+    return Logits(transformers.BertForSequenceClassification(config), last_position=False)
+
+
+_CONFIGS_DO_NOT_SCRIPT = "TorchScript cannot get the source of transformers' configs"
+
+# Small inputs and a batch of 4: the stages, not the accuracy, are tested (a batch of 2 at 32x32
+# drives mobilenet_v2's float BatchNorms, over 1x1 maps, to non-finite gradients in its second
+# step).
+MODELS: Dict[str, ZooModel] = {
+    "resnet18": _torchvision(lambda tv: tv.resnet18(num_classes=10), 32),
     # Hardswish, Hardsigmoid, ReLU
-    "mobilenet_v3_small": (lambda tv: tv.mobilenet_v3_small(num_classes=10), 32),
-    "mobilenet_v2": (lambda tv: tv.mobilenet_v2(num_classes=10), 64),  # ReLU6
-    "efficientnet_b0": (lambda tv: tv.efficientnet_b0(num_classes=10), 64),  # SiLU, Sigmoid
+    "mobilenet_v3_small": _torchvision(lambda tv: tv.mobilenet_v3_small(num_classes=10), 32),
+    "mobilenet_v2": _torchvision(lambda tv: tv.mobilenet_v2(num_classes=10), 64),  # ReLU6
+    # SiLU, Sigmoid
+    "efficientnet_b0": _torchvision(lambda tv: tv.efficientnet_b0(num_classes=10), 64),
     # chunk, channel shuffle
-    "shufflenet_v2_x0_5": (lambda tv: tv.shufflenet_v2_x0_5(num_classes=10), 32),
-    "squeezenet1_0": (lambda tv: tv.squeezenet1_0(num_classes=10), 64),
-    "regnet_x_400mf": (lambda tv: tv.regnet_x_400mf(num_classes=10), 64),
-    "convnext_tiny": (lambda tv: tv.convnext_tiny(num_classes=10), 32),  # GELU, LayerNorm
+    "shufflenet_v2_x0_5": _torchvision(lambda tv: tv.shufflenet_v2_x0_5(num_classes=10), 32),
+    "squeezenet1_0": _torchvision(lambda tv: tv.squeezenet1_0(num_classes=10), 64),
+    "regnet_x_400mf": _torchvision(lambda tv: tv.regnet_x_400mf(num_classes=10), 64),
+    # GELU, LayerNorm
+    "convnext_tiny": _torchvision(lambda tv: tv.convnext_tiny(num_classes=10), 32),
     # MultiheadAttention, GELU: vit_b_16's design, narrow and two layers deep
-    "vit": (
+    "vit": _torchvision(
         lambda tv: tv.VisionTransformer(
             image_size=32,
             patch_size=8,
@@ -51,11 +143,21 @@ MODELS: Dict[str, Tuple[Callable[[types.ModuleType], nn.Module], int]] = {
         ),
         32,
     ),
-    "swin_t": (lambda tv: tv.swin_t(num_classes=10), 64),  # roll, index, GELU, LayerNorm
+    # roll, index, GELU, LayerNorm
+    "swin_t": _torchvision(lambda tv: tv.swin_t(num_classes=10), 64),
+    "resnet18d": _timm("resnet18d", 32),  # average-pooling downsample
+    # timm's GroupNorm1, SiLU, attention written out
+    "mobilevitv2_050": _timm("mobilevitv2_050", 64),
+    # timm's Sigmoid, BatchNorm1d, cascaded group attention
+    "efficientvit_m0": _timm("efficientvit_m0", 64),
+    # Conv1D, NewGELUActivation, tied embeddings
+    "gpt2": ZooModel(_gpt2, _tokens(VOCAB), ("transformers",), _CONFIGS_DO_NOT_SCRIPT),
+    # GELUActivation, Tanh pooler
+    "bert": ZooModel(_bert, _tokens(VOCAB), ("transformers",), _CONFIGS_DO_NOT_SCRIPT),
 }
-# The fast subset CI runs (BREVITAS_ZOO=full runs them all): a residual CNN and one with the
-# activations of mobile models.
-FAST = ("resnet18", "mobilenet_v3_small")
+# The fast subset CI runs (BREVITAS_ZOO=full runs them all): a residual CNN, one with the
+# activations of mobile models, and a GPT-style language model.
+FAST = ("resnet18", "mobilenet_v3_small", "gpt2")
 # The fraction of the first quantizer's integers onnxruntime may put one step off.
 MAX_FIRST_MISMATCH = 1e-3
 STAGES = ("quantize", "train", "eval", "script", "compile", "export", "onnx")
@@ -65,18 +167,23 @@ STAGES = ("quantize", "train", "eval", "script", "compile", "export", "onnx")
 FLOAT_TYPES: Dict[str, str] = {
     "BatchNorm2d": "Brevitas merges it into the convolution before quantizing "
     "(preprocess_for_quantize; here graph.merge_bn); unmerged, it stays float",
+    "BatchNorm1d": "as BatchNorm2d, merged into a Linear or Conv1d before it; efficientvit's "
+    "head's follows a pooling, so stays float",
     "MaxPool2d": "max pooling passes quantized values through unchanged",
-    "AdaptiveAvgPool2d": "Brevitas 0.12.1's quantize flow maps AvgPool2d only",
+    "AvgPool2d": "Brevitas 0.12.1's quantize flow maps it to None: float between quantized layers",
+    "AdaptiveAvgPool2d": "as AvgPool2d: Brevitas 0.12.1's quantize flow leaves it float",
     "LayerNorm": "Brevitas 0.12.1's quantize flow maps no normalization layer",
     "LayerNorm2d": "a LayerNorm over channels (torchvision's): as LayerNorm",
+    "GroupNorm1": "timm's GroupNorm with one group, a normalization: as LayerNorm",
     "StochasticDepth": "a random mask of whole samples: nothing to quantize",
+    "DropPath": "timm's StochasticDepth: nothing to quantize",
     "Permute": "moves axes only",
 }
 
 
 @dataclass
 class StageResult:
-    ok: bool
+    status: str  # OK, FAIL or NOT_APPLICABLE
     seconds: float
     detail: str = ""
 
@@ -116,11 +223,24 @@ def _models_only() -> types.ModuleType:
     return importlib.import_module("torchvision.models")
 
 
+def _import_beside_torchvision(package: str) -> types.ModuleType:
+    """timm or transformers, after torchvision.models where torchvision is installed (both
+    import torchvision, whose plain import may fail: see the module docstring)."""
+    if importlib.util.find_spec("torchvision") is not None:
+        torchvision_models()
+    return importlib.import_module(package)
+
+
+def missing_packages(name: str) -> Tuple[str, ...]:
+    """The packages MODELS[name] needs that are not installed."""
+    return tuple(p for p in MODELS[name].needs if importlib.util.find_spec(p) is None)
+
+
 def build(name: str) -> Tuple[nn.Module, torch.Tensor]:
-    make, side = MODELS[name]
+    spec = MODELS[name]
     torch.manual_seed(0)
-    model = make(torchvision_models())
-    return model, torch.randn(4, 3, side, side)
+    model = spec.make()
+    return model, spec.example()
 
 
 def run_zoo_model(name: str, stop_at_failure: bool = True) -> ZooRun:
@@ -179,7 +299,7 @@ def run_zoo_model(name: str, stop_at_failure: bool = True) -> ZooRun:
     steps: Tuple[Tuple[str, Callable[[], Any]], ...] = (
         ("train", train),
         ("eval", evaluate),
-        ("script", lambda: _same(torch.jit.script(quant_model), quant_model, x)),
+        ("script", lambda: script(name, quant_model, x)),
         ("compile", lambda: _same(torch.compile(quant_model, backend="aot_eager"), quant_model, x)),
         ("export", lambda: _same(torch.export.export(quant_model, (x,)).module(), quant_model, x)),
         ("onnx", onnx),
@@ -188,6 +308,20 @@ def run_zoo_model(name: str, stop_at_failure: bool = True) -> ZooRun:
         if _stage(run, stage, body) is None and stop_at_failure:
             break
     return run
+
+
+def script(name: str, quant_model: nn.Module, x: torch.Tensor) -> str:
+    """torch.jit.script of the quant model, equal to eager; not applicable where the float model
+    does not script (a fresh one is tried, so that a stale claim fails)."""
+    reason = MODELS[name].float_does_not_script
+    if not reason:
+        return _same(torch.jit.script(quant_model), quant_model, x)
+    float_model, _ = build(name)
+    try:
+        torch.jit.script(float_model)
+    except Exception as error:
+        raise NotApplicable(f"the float model does not script ({reason})") from error
+    raise AssertionError("the float model scripts: script the quant model instead")
 
 
 def _same(other: Callable[..., torch.Tensor], model: nn.Module, x: torch.Tensor) -> str:
@@ -203,10 +337,13 @@ def _stage(run: ZooRun, stage: str, body: Callable[[], Any]) -> Optional[Any]:
     start = time.perf_counter()
     try:
         out = body()
+    except NotApplicable as why:
+        run.stages[stage] = StageResult(NOT_APPLICABLE, time.perf_counter() - start, str(why))
+        return True  # the later stages go on
     except Exception as error:  # recorded: the table shows every failure, the test raises it
         detail = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-        run.stages[stage] = StageResult(False, time.perf_counter() - start, detail)
+        run.stages[stage] = StageResult(FAIL, time.perf_counter() - start, detail)
         return None
     detail = out if isinstance(out, str) else ""
-    run.stages[stage] = StageResult(True, time.perf_counter() - start, detail)
+    run.stages[stage] = StageResult(OK, time.perf_counter() - start, detail)
     return out if out is not None else True

@@ -10,9 +10,17 @@ Activations: ReLU, ReLU6, Hardtanh, Sigmoid, Tanh, GELU (keeping ``approximate``
 Hardswish, Hardsigmoid and LeakyReLU (keeping ``negative_slope``). Their quant layers never
 work in place, so an ``inplace=True`` float module becomes the same out-of-place layer.
 
-transformers' Conv1D (GPT-2's linear layers, weight stored transposed), when transformers is
-installed: QuantTransformersConv1D, whose state_dict keeps Conv1D's layout (transformers_conv1d
-is the builder, for a factory entry of another class with that layout).
+transformers' Conv1D (GPT-2's linear layers, weight stored transposed):
+QuantTransformersConv1D, whose state_dict keeps Conv1D's layout (transformers_conv1d is the
+builder, for a factory entry of another class with that layout). transformers' and timm's own
+activation classes whose function is one of the above: transformers' GELUActivation (exact GELU),
+GELUTanh (alias PytorchGELUTanh), NewGELUActivation, FastGELUActivation and
+AccurateGELUActivation (each GELU's tanh approximation, written out) and SiLUActivation; timm's
+Sigmoid, Tanh, GELU, GELUTanh, Swish, HardSwish and HardSigmoid (and the SwishMe, HardSwishMe and
+HardSigmoidMe of timm.layers.activations_me). Those with no quant counterpart (QuickGELU, Mish,
+HardMish, ClippedGELU...) are left alone. Neither package is a dependency nor imported here: their
+classes are taken from modules already imported (a model holding them has imported them), so
+building the factory costs nothing where they are absent or unused.
 
 Left in float by default: BatchNorm (in QAT it keeps normalising with batch statistics; fold it
 first with brevitas_cpp.graph.merge_bn), MaxPool (it keeps its input's
@@ -32,6 +40,7 @@ out_proj (and a packed in_proj) Parameters themselves. An override may also set 
 options (``cat_output_cell_states``, the ``shared_*`` flags, ``packed_in_proj``; CIFG is refused).
 """
 
+import sys
 from typing import Any, Callable, Dict, Tuple
 
 from torch import nn
@@ -132,6 +141,15 @@ def _hardtanh(module: nn.Hardtanh, settings: LayerSettings) -> nn.Module:
 
 def _gelu(module: nn.GELU, settings: LayerSettings) -> nn.Module:
     return qnn.QuantGELU(**{"approximate": module.approximate, **settings.act_layer_kwargs()})
+
+
+def _gelu_of(approximate: str) -> Callable[[nn.Module, LayerSettings], nn.Module]:
+    """The builder for a GELU class whose approximation is fixed by the class itself."""
+
+    def build(module: nn.Module, settings: LayerSettings) -> nn.Module:
+        return qnn.QuantGELU(**{"approximate": approximate, **settings.act_layer_kwargs()})
+
+    return build
 
 
 def _leaky_relu(module: nn.LeakyReLU, settings: LayerSettings) -> nn.Module:
@@ -312,13 +330,40 @@ def transformers_conv1d(module: nn.Module, settings: LayerSettings) -> nn.Module
     return quant
 
 
-def _transformers_types() -> ReplacementFactory:
-    """transformers' layers, when transformers is installed (it is not a dependency)."""
-    try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:
-        return {}
-    return {Conv1D: transformers_conv1d}
+# (defining module, class name, builder) of transformers' and timm's layers. Each class was read
+# in transformers 5.24.0 and timm 1.0.31: its forward is the quant layer's float function.
+_GELU_TANH = _gelu_of("tanh")
+_THIRD_PARTY: Tuple[Tuple[str, str, Callable[[nn.Module, LayerSettings], nn.Module]], ...] = (
+    ("transformers.pytorch_utils", "Conv1D", transformers_conv1d),
+    # F.gelu, or with use_gelu_python its erf formula: the exact GELU either way.
+    ("transformers.activations", "GELUActivation", _gelu_of("none")),
+    ("transformers.activations", "GELUTanh", _GELU_TANH),
+    ("transformers.activations", "NewGELUActivation", _GELU_TANH),
+    ("transformers.activations", "FastGELUActivation", _GELU_TANH),
+    ("transformers.activations", "AccurateGELUActivation", _GELU_TANH),
+    ("transformers.activations", "SiLUActivation", _activation(qnn.QuantSiLU)),
+    ("timm.layers.activations", "Sigmoid", _activation(qnn.QuantSigmoid)),
+    ("timm.layers.activations", "Tanh", _activation(qnn.QuantTanh)),
+    ("timm.layers.activations", "GELU", _gelu_of("none")),
+    ("timm.layers.activations", "GELUTanh", _GELU_TANH),
+    ("timm.layers.activations", "Swish", _activation(qnn.QuantSiLU)),
+    ("timm.layers.activations", "HardSwish", _activation(qnn.QuantHardswish)),
+    ("timm.layers.activations", "HardSigmoid", _activation(qnn.QuantHardsigmoid)),
+    ("timm.layers.activations_me", "SwishMe", _activation(qnn.QuantSiLU)),
+    ("timm.layers.activations_me", "HardSwishMe", _activation(qnn.QuantHardswish)),
+    ("timm.layers.activations_me", "HardSigmoidMe", _activation(qnn.QuantHardsigmoid)),
+)
+
+
+def _third_party_types() -> ReplacementFactory:
+    """transformers' and timm's layers of _THIRD_PARTY whose module is already imported: looked
+    up in sys.modules, never imported (importing transformers takes seconds)."""
+    found: ReplacementFactory = {}
+    for module_name, class_name, build in _THIRD_PARTY:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(cls, type):
+            found[cls] = build
+    return found
 
 
 def default_replacement_factory() -> ReplacementFactory:
@@ -345,5 +390,5 @@ def default_replacement_factory() -> ReplacementFactory:
         nn.RNN: _rnn,
         nn.LSTM: _lstm,
         nn.MultiheadAttention: _multihead_attention,
-        **_transformers_types(),
+        **_third_party_types(),
     }

@@ -4,7 +4,9 @@ References: the float modules themselves (a replacement with its quantizers off 
 what the float module does), the same model written by hand with brevitas_cpp.nn (bit for bit
 through training steps), and the override rules written out here."""
 
+import importlib.util
 import json
+import math
 import warnings
 from collections import OrderedDict
 
@@ -518,3 +520,95 @@ def test_statistics_and_report_say_what_stayed_float_and_why(caplog):
     assert "conv: Conv2d -> QuantConv2d (W8 A8)" in report
     assert "fc: in ignored_scopes" in report and "LayerNorm: norm" in report
     assert report in caplog.text
+
+
+# The activations written out as formulas (the reference for transformers' and timm's classes).
+def _gelu_exact(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def _tanh(x):
+    return 1.0 - 2.0 / (torch.exp(2.0 * x) + 1.0)
+
+
+def _silu(x):
+    return x * _sigmoid(x)
+
+
+def _hardsigmoid(x):
+    return (x + 3.0).clamp(0.0, 6.0) / 6.0
+
+
+def _hardswish(x):
+    return x * _hardsigmoid(x)
+
+
+def _replace_activations(layers):
+    """[(float module, quant class name, formula)] -> the Sequential's quant layers, replaced
+    by the default factory with their output quantizers off, checked against the formulas."""
+    model = nn.Sequential(*[layer for layer, _, _ in layers])
+    off = {str(i): {"act_quant": None} for i in range(len(layers))}
+    quantizer = Quantizer(model, overrides=off)
+    quantizer.prepare_model()
+    assert quantizer.unmapped == {}  # nothing left in float
+    x = torch.linspace(-6.0, 6.0, 241)
+    for i, (_, quant_name, formula) in enumerate(layers):
+        assert type(model[i]).__name__ == quant_name, i
+        # The exact GELU and its tanh approximation differ by up to 5e-4: the tolerance tells.
+        torch.testing.assert_close(model[i](x), formula(x), rtol=1e-5, atol=1e-6)
+    return model
+
+
+def test_transformers_activations_become_quant_activations():
+    act = pytest.importorskip("transformers.activations")
+    _replace_activations(
+        [
+            (act.GELUActivation(), "QuantGELU", _gelu_exact),
+            (act.GELUActivation(use_gelu_python=True), "QuantGELU", _gelu_exact),
+            (act.GELUTanh(), "QuantGELU", _gelu_tanh),
+            (act.GELUTanh(use_gelu_tanh_python=True), "QuantGELU", _gelu_tanh),
+            (act.NewGELUActivation(), "QuantGELU", _gelu_tanh),
+            (act.FastGELUActivation(), "QuantGELU", _gelu_tanh),
+            (act.AccurateGELUActivation(), "QuantGELU", _gelu_tanh),
+            (act.SiLUActivation(), "QuantSiLU", _silu),
+        ]
+    )
+    # No quant counterpart: x * sigmoid(1.702 x) stays float, reported.
+    quantizer = Quantizer(nn.Sequential(act.QuickGELUActivation()))
+    quantizer.prepare_model()
+    assert quantizer.unmapped == {"QuickGELUActivation": ["0"]}
+
+
+def test_timm_activations_become_quant_activations():
+    if importlib.util.find_spec("timm") is None:
+        pytest.skip("timm is not installed")
+    from zoo_models import torchvision_models
+
+    torchvision_models()  # timm imports torchvision, whose plain import may fail (zoo_models)
+    act = importlib.import_module("timm.layers.activations")
+    act_me = importlib.import_module("timm.layers.activations_me")
+    _replace_activations(
+        [
+            (act.Sigmoid(), "QuantSigmoid", _sigmoid),
+            (act.Tanh(inplace=True), "QuantTanh", _tanh),
+            (act.GELU(), "QuantGELU", _gelu_exact),
+            (act.GELUTanh(), "QuantGELU", _gelu_tanh),
+            (act.Swish(), "QuantSiLU", _silu),
+            (act.HardSwish(), "QuantHardswish", _hardswish),
+            (act.HardSigmoid(), "QuantHardsigmoid", _hardsigmoid),
+            (act_me.SwishMe(), "QuantSiLU", _silu),
+            (act_me.HardSwishMe(), "QuantHardswish", _hardswish),
+            (act_me.HardSigmoidMe(), "QuantHardsigmoid", _hardsigmoid),
+        ]
+    )
+    quantizer = Quantizer(nn.Sequential(act.Mish(), act.QuickGELU()))
+    quantizer.prepare_model()
+    assert quantizer.unmapped == {"Mish": ["0"], "QuickGELU": ["1"]}

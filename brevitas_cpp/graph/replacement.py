@@ -38,6 +38,9 @@ per gate, and attention separate q/k/v projections by default (they serve cross-
 Quantizer(optimizer=...) puts in the optimizer group of the float module's; attention adopts its
 out_proj (and a packed in_proj) Parameters themselves. An override may also set the layers' own
 options (``cat_output_cell_states``, the ``shared_*`` flags, ``packed_in_proj``; CIFG is refused).
+brevitas_cpp.nn.ScaledDotProductAttention (the child functional_quantization_mode adds for
+F.scaled_dot_product_attention) becomes a QuantScaledDotProductAttention whose default
+quantizers (q_scaled_, k_transposed_, v_, attn_output_weights_) get the activation bit width.
 """
 
 import sys
@@ -274,6 +277,25 @@ _MHA_ACT_PREFIXES = (
 )
 
 
+# QuantScaledDotProductAttention's quantizers enabled by default (softmax_input_ and
+# sdpa_output_ are off, as in Brevitas), which get the activation bit width.
+_SDPA_ACT_PREFIXES = ("q_scaled_", "k_transposed_", "v_", "attn_output_weights_")
+
+
+def _scaled_dot_product_attention(
+    module: qnn.ScaledDotProductAttention, settings: LayerSettings
+) -> nn.Module:
+    """F.scaled_dot_product_attention as a module (functional_quantization_mode's child): its
+    matmul operands and attention weights quantized at the activation bit width."""
+    if settings.bits_activations is None:
+        raise KeepInFloat()
+    bits = {p + "bit_width": settings.bits_activations for p in _SDPA_ACT_PREFIXES}
+    bits.update(settings.prefixed_layer_kwargs(qnn.QuantScaledDotProductAttention._prefixes))
+    return qnn.QuantScaledDotProductAttention(
+        module.pre_process_q, module.pre_process_k, module.pre_process_v, **bits
+    )
+
+
 def _multihead_attention(module: nn.MultiheadAttention, settings: LayerSettings) -> nn.Module:
     _both_bit_widths(settings, "QuantMultiheadAttention")
     weights = ("in_proj_", "out_proj_")
@@ -390,5 +412,6 @@ def default_replacement_factory() -> ReplacementFactory:
         nn.RNN: _rnn,
         nn.LSTM: _lstm,
         nn.MultiheadAttention: _multihead_attention,
+        qnn.ScaledDotProductAttention: _scaled_dot_product_attention,
         **_third_party_types(),
     }

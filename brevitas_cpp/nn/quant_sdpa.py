@@ -126,6 +126,9 @@ class ScaledDotProductAttention(_AttentionForward):
 class QuantScaledDotProductAttention(_AttentionForward):
     """Brevitas's QuantScaledDotProductAttention (see the module docstring)."""
 
+    # The keyword prefixes of its quantizers (as QuantMultiheadAttention's _prefixes).
+    _prefixes = _PREFIXES
+
     def __init__(
         self,
         pre_process_q: Callable = identity,

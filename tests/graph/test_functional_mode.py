@@ -167,3 +167,35 @@ def test_a_compiled_model_under_the_mode_equals_eager_mode():
         expected = model(x)
         got = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_the_quantizer_replaces_the_child_and_the_mode_routes_to_the_replacement():
+    from brevitas_cpp.graph import Quantizer
+
+    x = _input()
+    model = TwoAttentionLayers()
+    mode = functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+    )
+    model = Quantizer(model, bits_activations=4).prepare_model()
+    quant = getattr(model, SDPA_NAME)
+    assert isinstance(quant, QuantScaledDotProductAttention)
+    # Brevitas's defaults at the activation bit width; the score and output quantizers stay off.
+    for name in ("q_scaled_quant", "k_transposed_quant", "v_quant", "attn_output_weights_quant"):
+        assert getattr(quant, name).act_quant.bit_width().item() == 4
+    assert not quant.softmax_input_quant.act_quant.is_quant_enabled
+    assert not quant.sdpa_output_quant.act_quant.is_quant_enabled
+    torch.manual_seed(3)
+    reference = TwoAttentionLayers(
+        QuantScaledDotProductAttention(
+            q_scaled_bit_width=4,
+            k_transposed_bit_width=4,
+            v_bit_width=4,
+            attn_output_weights_bit_width=4,
+        )
+    )
+    reference.qkv = model.qkv
+    for _ in range(2):
+        with mode:
+            got = model(x)
+        torch.testing.assert_close(got, reference(x), rtol=0, atol=0)

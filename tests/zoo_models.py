@@ -25,6 +25,8 @@ from torch import nn
 
 from brevitas_cpp.export import check_onnx_qcdq, export_onnx_qcdq
 from brevitas_cpp.graph import Quantizer
+from brevitas_cpp.graph.quantize import functional_quantization_mode
+from brevitas_cpp.nn import ScaledDotProductAttention
 
 # A stage's outcome: passed, failed, or not applicable to the model (the float model cannot
 # take that step either).
@@ -67,15 +69,22 @@ def _timm(name: str, side: int) -> ZooModel:
 
 class Logits(nn.Module):
     """A transformers model fed token ids, returning logits [batch, classes]: a language
-    model's at the last position (the next token's), a classifier's as they are."""
+    model's at the last position (the next token's), a classifier's as they are. Its attention
+    (F.scaled_dot_product_attention, transformers' default) runs through the model's
+    ScaledDotProductAttention child, which the quantizer replaces by a quant one: Brevitas's
+    functional_quantization_mode, entered for each forward, as its LLM flow does."""
 
     def __init__(self, model: nn.Module, last_position: bool) -> None:
         super().__init__()
         self.model = model
         self.last_position = last_position
+        self.attention_mode = functional_quantization_mode(
+            model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
+        )
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        logits = self.model(input_ids=ids).logits
+        with self.attention_mode:
+            logits = self.model(input_ids=ids).logits
         return logits[:, -1] if self.last_position else logits
 
 

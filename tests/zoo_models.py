@@ -128,6 +128,7 @@ _CONFIGS_DO_NOT_SCRIPT = "TorchScript cannot get the source of transformers' con
 # step).
 MODELS: Dict[str, ZooModel] = {
     "resnet18": _torchvision(lambda tv: tv.resnet18(num_classes=10), 32),
+    "resnet50": _torchvision(lambda tv: tv.resnet50(num_classes=10), 32),  # bottlenecks
     # Hardswish, Hardsigmoid, ReLU
     "mobilenet_v3_small": _torchvision(lambda tv: tv.mobilenet_v3_small(num_classes=10), 32),
     "mobilenet_v2": _torchvision(lambda tv: tv.mobilenet_v2(num_classes=10), 64),  # ReLU6
@@ -139,6 +140,8 @@ MODELS: Dict[str, ZooModel] = {
     "regnet_x_400mf": _torchvision(lambda tv: tv.regnet_x_400mf(num_classes=10), 64),
     # GELU, LayerNorm
     "convnext_tiny": _torchvision(lambda tv: tv.convnext_tiny(num_classes=10), 32),
+    # concatenations, transitions through AvgPool2d
+    "densenet121": _torchvision(lambda tv: tv.densenet121(num_classes=10), 32),
     # MultiheadAttention, GELU: vit_b_16's design, narrow and two layers deep
     "vit": _torchvision(
         lambda tv: tv.VisionTransformer(

@@ -333,3 +333,20 @@ def brevitas_format(state: Dict[str, Tensor]) -> Dict[str, Tensor]:
 
 class OrderedDictWithMetadata(dict):
     """A plain dict that can carry torch's ``_metadata`` attribute, as an OrderedDict does."""
+
+
+# QuantMultiheadAttention's activation quantizers enabled by default, by keyword prefix.
+MHA_PREFIXES = (
+    "in_proj_input_",
+    "out_proj_input_",
+    "attn_output_weights_",
+    "q_scaled_",
+    "k_transposed_",
+    "v_",
+)
+
+
+def short_warmup(*prefixes: str) -> dict:
+    """Two statistics steps for each activation quantizer (keywords of a layer whose quantizers
+    have these prefixes), so a few batches reach the learned phase (the default is 300)."""
+    return {f"{prefix}collect_stats_steps": 2 for prefix in prefixes}

@@ -26,6 +26,7 @@ from typing import Any, Dict, List
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import MHA_PREFIXES, short_warmup
 from torch import nn
 
 import brevitas_cpp.nn as qnn
@@ -362,17 +363,7 @@ def test_trace_and_compile_work() -> None:
 # ---- torch.jit.script: the eager layer is the reference ----
 
 # Two statistics steps per activation quantizer: the steps below reach the learned scales.
-MHA_WARMUP = {
-    f"{prefix}collect_stats_steps": 2
-    for prefix in (
-        "in_proj_input_",
-        "out_proj_input_",
-        "attn_output_weights_",
-        "q_scaled_",
-        "k_transposed_",
-        "v_",
-    )
-}
+MHA_WARMUP = short_warmup(*MHA_PREFIXES)
 SCRIPT_STEPS = 4  # two warm-up steps, the switch to the learned scales, one learned step
 L, S, B, E = 4, 5, 2, 8  # target and source lengths, batch, embed_dim (2 heads)
 

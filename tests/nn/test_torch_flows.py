@@ -10,6 +10,7 @@ import pickle
 
 import pytest
 import torch
+from helpers import MHA_PREFIXES, short_warmup
 from torch import nn
 
 from brevitas_cpp import nn as qnn
@@ -17,20 +18,6 @@ from brevitas_cpp.config import JIT_ENABLED
 from brevitas_cpp.quant import Int8ActPerTensorFloat, Int32Bias
 
 LSTM_PREFIXES = ("io_", "gate_acc_", "sigmoid_", "tanh_", "cell_state_")
-MHA_PREFIXES = (
-    "in_proj_input_",
-    "out_proj_input_",
-    "attn_output_weights_",
-    "q_scaled_",
-    "k_transposed_",
-    "v_",
-)
-
-
-def short_warmup(*prefixes: str) -> dict:
-    """Two statistics steps for each activation quantizer, so a few batches reach the learned
-    phase (the default is 300)."""
-    return {f"{prefix}collect_stats_steps": 2 for prefix in prefixes}
 
 
 def seq(width: int):

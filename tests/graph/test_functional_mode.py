@@ -35,6 +35,13 @@ class TwoAttentionLayers(nn.Module):
         return x
 
 
+def route_attention(model: nn.Module, enabled: bool = True) -> functional_quantization_mode:
+    """The mode of Brevitas's LLM flow: F.scaled_dot_product_attention to a child module."""
+    return functional_quantization_mode(
+        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}, enabled=enabled
+    )
+
+
 def _input():
     return torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1))
 
@@ -42,9 +49,7 @@ def _input():
 def test_the_mode_adds_one_child_named_after_the_function_and_routes_every_call_to_it():
     model, x = TwoAttentionLayers(), _input()
     expected = model(x)
-    with functional_quantization_mode(
-        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-    ):
+    with route_attention(model):
         child = getattr(model, SDPA_NAME)
         calls = []
         child.register_forward_hook(lambda *_: calls.append(1))
@@ -58,9 +63,7 @@ def test_the_mode_adds_one_child_named_after_the_function_and_routes_every_call_
 def test_a_replaced_child_quantizes_every_call_like_the_hand_built_model():
     x = _input()
     model = TwoAttentionLayers()
-    mode = functional_quantization_mode(
-        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-    )
+    mode = route_attention(model)
     torch.manual_seed(2)
     setattr(model, SDPA_NAME, QuantScaledDotProductAttention())  # what a replacement factory does
     torch.manual_seed(2)
@@ -78,9 +81,7 @@ def test_a_replaced_child_quantizes_every_call_like_the_hand_built_model():
 def test_disabled_the_mode_adds_the_child_and_routes_nothing():
     model, x = TwoAttentionLayers(), _input()
     expected = model(x)
-    with functional_quantization_mode(
-        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}, enabled=False
-    ):
+    with route_attention(model, enabled=False):
         setattr(model, SDPA_NAME, QuantScaledDotProductAttention())
         got = model(x)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
@@ -90,9 +91,7 @@ def test_an_existing_child_is_kept():
     model = TwoAttentionLayers()
     quant = QuantScaledDotProductAttention()
     model.add_module(SDPA_NAME, quant)
-    with functional_quantization_mode(
-        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-    ):
+    with route_attention(model):
         model(_input())
     assert getattr(model, SDPA_NAME) is quant
 
@@ -100,18 +99,14 @@ def test_an_existing_child_is_kept():
 def test_a_mode_that_routed_nothing_raises_on_exit_naming_the_function():
     model = nn.Linear(8, 8)
     with pytest.raises(RuntimeError, match="no call of .*scaled_dot_product_attention"):
-        with functional_quantization_mode(
-            model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-        ):
+        with route_attention(model):
             model(torch.randn(2, 8))
 
 
 def test_an_error_inside_the_mode_is_not_replaced_by_the_exit_check():
     model = nn.Linear(8, 8)
     with pytest.raises(ValueError, match="the body's own"):
-        with functional_quantization_mode(
-            model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-        ):
+        with route_attention(model):
             raise ValueError("the body's own error")
 
 
@@ -144,9 +139,7 @@ def test_transformers_gpt2_attention_calls_are_routed():
     config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=16, n_positions=8)
     model = GPT2Model(config).eval()
     ids = torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(0))
-    with functional_quantization_mode(
-        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-    ):
+    with route_attention(model):
         calls = []
         getattr(model, SDPA_NAME).register_forward_hook(lambda *_: calls.append(1))
         model(input_ids=ids)
@@ -157,9 +150,7 @@ def test_a_compiled_model_under_the_mode_equals_eager_mode():
     # Brevitas looks up getattr(model, str(func)) for every call: dynamo can not trace an
     # attribute name holding dots ("<method 'size' of 'torch._C.TensorBase' objects>").
     model, x = TwoAttentionLayers(), _input()
-    mode = functional_quantization_mode(
-        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-    )
+    mode = route_attention(model)
     setattr(model, SDPA_NAME, QuantScaledDotProductAttention())
     with mode:
         model(x)  # one statistics step
@@ -177,9 +168,7 @@ def test_the_quantizer_replaces_the_child_and_the_mode_routes_to_the_replacement
 
     x = _input()
     model = TwoAttentionLayers()
-    mode = functional_quantization_mode(
-        model, {F.scaled_dot_product_attention: ScaledDotProductAttention}
-    )
+    mode = route_attention(model)
     model = Quantizer(model, bits_activations=4).prepare_model()
     quant = getattr(model, SDPA_NAME)
     assert isinstance(quant, QuantScaledDotProductAttention)

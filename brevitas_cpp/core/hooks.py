@@ -19,7 +19,13 @@ def global_module_hooks() -> bool:
 
 def module_hooks(module: nn.Module) -> bool:
     """Whether hooks were registered on module (which calling it would run)."""
-    return any(hook_dicts((module,)))
+    # Read directly, not through hook_dicts: proxies ask this on every call.
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+    )
 
 
 def submodules(module: nn.Module) -> Tuple[nn.Module, ...]:

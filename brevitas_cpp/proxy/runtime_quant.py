@@ -127,9 +127,10 @@ class FusedActivationQuantProxy(Replans, jit.ScriptModule):
     @jit.script_method
     def forward(self, x: Tensor):
         if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
-            refresh_plan(self)
+            refresh_plan(self)  # the quantizer's plan too (derive_plan refreshes it)
+            # PLAN_HOOKS holds the quantizer's blocks' hooks too: its own gate would add nothing.
             if self.relu_into_quant and not any_hook_in(self.__dict__[PLAN_HOOKS]):
-                return self.tensor_quant.forward_after_relu(x)
+                return self.tensor_quant.planned_after_relu(x)
         elif self.relu_into_quant:  # a constant: compiled only where it holds
             return self.tensor_quant.forward_after_relu(x)
         x = self.activation_impl(x)

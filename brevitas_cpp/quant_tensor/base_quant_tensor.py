@@ -466,6 +466,8 @@ class FloatMixin(_MetadataMixin):
 
 def _unpack_quant_tensor(input_data: Any) -> Any:
     """input_data with every QuantTensor replaced by its value, through tuples, lists and dicts."""
+    if isinstance(input_data, Tensor):  # the common case first: layers call this on every call
+        return input_data
     if isinstance(input_data, QuantTensor):
         return input_data.value
     if isinstance(input_data, tuple):

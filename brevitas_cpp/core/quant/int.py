@@ -184,16 +184,19 @@ class RescalingIntQuant(PlannedQuant):
         # plan's conditions do not read the ReLU): the chain runs at once.
         if not torch.jit.is_scripting():  # a static branch: TorchScript compiles none of it
             if plan_applies(self):
-                out = self.plan_forward(x, True)
-                if out is not None:
-                    return out
-                return self.chain_forward(torch.relu(x))
+                return self.planned_after_relu(x)
         elif self.plan_act or self.plan_stats:  # constants: compiled only for an activation plan
-            out = self.plan_forward(x, True)
-            if out is not None:
-                return out
-            return self.chain_forward(torch.relu(x))
+            return self.planned_after_relu(x)
         return self.forward(torch.relu(x))
+
+    @jit.script_method
+    def planned_after_relu(self, x: Tensor) -> QuantBlockOutput:
+        """forward_after_relu once plan_applies (the caller's check: FusedActivationQuantProxy's
+        covers this block's): the plan's op, or the chain where the plan does not take the call."""
+        out = self.plan_forward(x, True)
+        if out is not None:
+            return out
+        return self.chain_forward(torch.relu(x))
 
     @jit.script_method
     def forward(self, x: Tensor) -> QuantBlockOutput:

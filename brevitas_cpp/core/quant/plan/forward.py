@@ -118,7 +118,9 @@ class PlannedQuant(Replans, jit.ScriptModule):
         """The stock weight quantizer: scale = max|x| (over the tensor or per output channel)
         / threshold, then int_quant, in abs_max_int_quant."""
         if self.plan_weight:  # a constant
-            bit_width = self.msb_clamp_bit_width_impl()
+            # The plan's blocks are BitWidthConst and ZeroZeroPoint: their tensors are read
+            # without the two module calls.
+            bit_width = self.msb_clamp_bit_width_impl.bit_width.value
             if fused_weight_fits(x, bit_width, self.plan_channels, self.plan_scale_rank):
                 channel_dim: Optional[int] = None
                 if self.plan_channels >= 0:
@@ -137,7 +139,7 @@ class PlannedQuant(Replans, jit.ScriptModule):
                     iq.rounding_mode,
                     iq.clamp_ste,
                 )
-                return y, scale, self.zero_point_impl(x, scale, bit_width), bit_width
+                return y, scale, self.zero_point_impl.zero_point.value, bit_width
         return None
 
     @jit.script_method

@@ -32,10 +32,11 @@ def clamp_ste_of(tensor_clamp_impl: torch.nn.Module) -> Optional[bool]:
 
 def broadcasts_into(param: Tensor, x: Tensor) -> bool:
     """param broadcasts to x's shape and the result keeps x's shape."""
-    if param.dim() > x.dim():
+    rank = param.dim()
+    offset = x.dim() - rank
+    if offset < 0:
         return False
-    offset = x.dim() - param.dim()
-    for i in range(param.dim()):
+    for i in range(rank):
         size = param.size(i)
         if size != 1 and size != x.size(offset + i):
             return False
@@ -86,13 +87,17 @@ def scaled_operands_fit(x: Tensor, scale: Tensor) -> bool:
 def int_operands_fit(x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor) -> bool:
     """int_quant accepts these operands as they are (see scaled_operands_fit); bit_width must be
     one value on x's device."""
-    return (
+    if not (
         scaled_operands_fit(x, scale)
         and isinstance(zero_point, Tensor)
         and isinstance(bit_width, Tensor)
-        and zero_point.device == x.device
+    ):
+        return False
+    device = x.device  # read once: each read builds a torch.device
+    return (
+        zero_point.device == device
         and zero_point.dtype == x.dtype
         and broadcasts_into(zero_point, x)
         and is_single_value(bit_width)
-        and bit_width.device == x.device
+        and bit_width.device == device
     )

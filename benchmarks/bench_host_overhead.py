@@ -25,6 +25,11 @@ Variants:
             range and the op raises). W8A8 per tensor, built by hand. Unlike the libraries'
             Int8WeightPerTensorFloat, whose scale is max|w| taken again at every step, the weight
             scale is a parameter here (one reduction less per weight).
+  ops       torch.nn with brevitas_cpp's fused ops called in the layers' own forward, no proxy
+            or quantizer module: abs_max_int_quant on every weight (Int8WeightPerTensorFloat's
+            arguments) and learned_int_quant with its ReLU on every activation (the learned
+            phase of Uint8ActPerTensorFloat, value a 0-dim parameter). The floor of any module
+            design over these ops: "ours" minus "ops" is the cost of Brevitas's layering.
   ours      brevitas_cpp.nn: QuantConv2d/QuantLinear(weight_quant=Int8WeightPerTensorFloat),
             QuantReLU(act_quant=Uint8ActPerTensorFloat, collect_stats_steps=--stats-steps);
             BatchNorm, pooling and the residual additions stay torch.nn, plain tensors between
@@ -71,7 +76,7 @@ import time
 from bench_qat_step import jit_enabled  # the worker runs from benchmarks/
 
 DEFAULT_BREVITAS_PYTHON = "/tmp/brevenv/bin/python"
-VARIANTS = ("float", "native", "ours", "brevitas")
+VARIANTS = ("float", "native", "ops", "ours", "brevitas")
 WIDTHS = (8, 16, 32, 64)  # torchvision's 64-128-256-512 divided by 8
 NUM_CLASSES = 1000
 BATCH, INPUT_SHAPE = 2, (3, 8, 8)
@@ -170,6 +175,47 @@ def _define_modules():
         def forward(self, x):
             return self.act_fq(F.relu(x))
 
+    class OpsConv2d(nn.Conv2d):
+        """The "ops" variant: abs_max_int_quant called in the layer's forward, no proxy."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_buffer("bit_width", torch.tensor(8.0))
+
+        def forward(self, x):
+            return self._conv_forward(x, ops_weight(self.weight, self.bit_width), self.bias)
+
+    class OpsLinear(nn.Linear):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_buffer("bit_width", torch.tensor(8.0))
+
+        def forward(self, x):
+            return F.linear(x, ops_weight(self.weight, self.bit_width), self.bias)
+
+    def ops_weight(weight, bit_width):
+        # Int8WeightPerTensorFloat's arguments: narrow signed 8 bits, scale max|w| / 127.
+        y, _ = torch.ops.brevitas_cpp.abs_max_int_quant(
+            weight, bit_width, None, True, True, None, "round", False
+        )
+        return y
+
+    class OpsReLU(nn.Module):
+        """ReLU then Uint8ActPerTensorFloat's learned phase in one learned_int_quant call."""
+
+        def __init__(self):
+            super().__init__()
+            self.value = nn.Parameter(torch.tensor(4.0))
+            for name, v in (("threshold", 255.0), ("zero_point", 0.0), ("bit_width", 8.0)):
+                self.register_buffer(name, torch.tensor(v))
+
+        def forward(self, x):
+            y, _ = torch.ops.brevitas_cpp.learned_int_quant(
+                x, self.value, self.threshold, self.zero_point, self.bit_width,
+                False, False, None, "round", False, True,
+            )  # fmt: skip
+            return y
+
     class _Layers:
         """Layer factory: one model code for the four variants."""
 
@@ -177,6 +223,8 @@ def _define_modules():
             self.lib, self.stats_steps = lib, stats_steps
             if lib in ("ours", "brevitas"):
                 self.qnn, self.wq, self.aq = import_qnn(lib)
+            if lib == "ops":
+                import brevitas_cpp  # noqa: F401  (registers torch.ops.brevitas_cpp)
 
         def conv(self, cin, cout, k, stride=1, padding=0):
             kw = dict(stride=stride, padding=padding, bias=False)
@@ -184,6 +232,8 @@ def _define_modules():
                 return nn.Conv2d(cin, cout, k, **kw)
             if self.lib == "native":
                 return NativeConv2d(cin, cout, k, **kw)
+            if self.lib == "ops":
+                return OpsConv2d(cin, cout, k, **kw)
             return self.qnn.QuantConv2d(cin, cout, k, weight_quant=self.wq, **kw)
 
         def linear(self, cin, cout):
@@ -191,6 +241,8 @@ def _define_modules():
                 return nn.Linear(cin, cout)
             if self.lib == "native":
                 return NativeLinear(cin, cout)
+            if self.lib == "ops":
+                return OpsLinear(cin, cout)
             return self.qnn.QuantLinear(cin, cout, bias=True, weight_quant=self.wq)
 
         def relu(self):
@@ -198,6 +250,8 @@ def _define_modules():
                 return nn.ReLU()
             if self.lib == "native":
                 return NativeReLU()
+            if self.lib == "ops":
+                return OpsReLU()
             return self.qnn.QuantReLU(act_quant=self.aq, collect_stats_steps=self.stats_steps)
 
     class BasicBlock(nn.Module):

@@ -239,7 +239,8 @@ class ActQuantProxyFromInjectorBase(QuantProxyFromInjector, ActQuantProxyProtoco
         IntQuantTensor is a QuantTuple too) when calling it does more (see _calls_itself)."""
         if torch.jit.is_scripting():
             return self.quant_tuple(x)
-        if is_empty_batch(x):
+        # A disabled proxy (no activation, no quantizer) has no statistics to pause.
+        if self.fused_activation_quant_proxy is not None and is_empty_batch(x):
             return self._quantize_empty_batch(x, as_quant_tensor)
         return self._eager_quantize(x, as_quant_tensor, x)
 

@@ -19,12 +19,17 @@ def global_module_hooks() -> bool:
 
 def module_hooks(module: nn.Module) -> bool:
     """Whether hooks were registered on module (which calling it would run)."""
-    # Read directly, not through hook_dicts: proxies ask this on every call.
-    return bool(
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
+    # Not through hook_dicts' generator: proxies ask this on every call.
+    return any(_own_hook_dicts(module))
+
+
+def _own_hook_dicts(module: nn.Module) -> Tuple[dict, dict, dict, dict]:
+    """The four dictionaries that hold module's own hooks."""
+    return (
+        module._forward_hooks,
+        module._forward_pre_hooks,
+        module._backward_hooks,
+        module._backward_pre_hooks,
     )
 
 
@@ -36,11 +41,7 @@ def submodules(module: nn.Module) -> Tuple[nn.Module, ...]:
 def hook_dicts(modules: Iterable[nn.Module]) -> Tuple[dict, ...]:
     """The hook dictionaries of modules, which registering a hook fills in place: a check on
     every call reads them without the attribute look-ups (3 us, not 6, for 28 modules)."""
-    return tuple(
-        d
-        for m in modules
-        for d in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)
-    )
+    return tuple(d for m in modules for d in _own_hook_dicts(m))
 
 
 def any_hook_in(dicts: Tuple[dict, ...]) -> bool:

@@ -175,30 +175,23 @@ def _define_modules():
         def forward(self, x):
             return self.act_fq(F.relu(x))
 
-    class OpsConv2d(nn.Conv2d):
-        """The "ops" variant: abs_max_int_quant called in the layer's forward, no proxy."""
+    # The "ops" variant: abs_max_int_quant called in the layers' own forward, no proxy.
+    ops_bit_width = torch.tensor(8.0)
 
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.register_buffer("bit_width", torch.tensor(8.0))
-
-        def forward(self, x):
-            return self._conv_forward(x, ops_weight(self.weight, self.bit_width), self.bias)
-
-    class OpsLinear(nn.Linear):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.register_buffer("bit_width", torch.tensor(8.0))
-
-        def forward(self, x):
-            return F.linear(x, ops_weight(self.weight, self.bit_width), self.bias)
-
-    def ops_weight(weight, bit_width):
+    def ops_weight(weight):
         # Int8WeightPerTensorFloat's arguments: narrow signed 8 bits, scale max|w| / 127.
         y, _ = torch.ops.brevitas_cpp.abs_max_int_quant(
-            weight, bit_width, None, True, True, None, "round", False
+            weight, ops_bit_width, None, True, True, None, "round", False
         )
         return y
+
+    class OpsConv2d(nn.Conv2d):
+        def forward(self, x):
+            return self._conv_forward(x, ops_weight(self.weight), self.bias)
+
+    class OpsLinear(nn.Linear):
+        def forward(self, x):
+            return F.linear(x, ops_weight(self.weight), self.bias)
 
     class OpsReLU(nn.Module):
         """ReLU then Uint8ActPerTensorFloat's learned phase in one learned_int_quant call."""
@@ -217,7 +210,7 @@ def _define_modules():
             return y
 
     class _Layers:
-        """Layer factory: one model code for the four variants."""
+        """Layer factory: one model code for every variant."""
 
         def __init__(self, lib, stats_steps):
             self.lib, self.stats_steps = lib, stats_steps
